@@ -1,0 +1,298 @@
+"""TODO 5: decode-time paged attention against a plain dense reference in float64.
+
+Inputs are generated here from a seed (so the reproduction can regenerate them exactly),
+sent to the sandbox, and the student's output is compared with dense attention computed
+in float64 over the first seq_len tokens of each sequence.  Tolerances follow what a
+correct computation in the input dtype gets wrong against float64, times a margin, with a
+floor per dtype (the approach of PyTorch's own SDPA tests).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+
+import torch
+from hypothesis import given, seed
+from hypothesis import strategies as st
+
+from grader.checks.base import ItemContext, hypothesis_settings, run_until_failure, student_error
+from grader.results import Failure
+from grader.sandbox.client import decode_tensor, encode_tensor
+
+LABEL = "TODO 5"
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+TOLERANCE_FLOOR = {"float32": 2e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
+TOLERANCE_MARGIN = 4.0
+
+
+@dataclass(frozen=True)
+class Case:
+    seed: int
+    dtype: str
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    block_size: int
+    num_blocks: int
+    seq_lens: tuple[int, ...]
+    tables: tuple[tuple[int, ...], ...]
+    poisoned: tuple[int, ...] = ()  # whole blocks no sequence reads, filled with NaN
+    poison_tails: bool = False  # unused slots of each last block, filled with NaN
+    scale: float | None = None
+    boost: float = 1.0  # query magnitude: large values give large logits
+    device: str = "cpu"
+    notes: tuple[str, ...] = field(default=())
+
+
+@st.composite
+def cases(
+    draw: st.DrawFn,
+    *,
+    dtypes: tuple[str, ...] = ("float32",),
+    ratios: tuple[int, ...] = (1,),
+    paging: bool = False,
+    custom_scale: bool = False,
+    boost: bool = False,
+    device: str = "cpu",
+) -> Case:
+    dtype = draw(st.sampled_from(dtypes), label="dtype")
+    num_kv_heads = draw(st.sampled_from([1, 2, 4]), label="num_kv_heads")
+    ratio = draw(st.sampled_from(ratios), label="gqa ratio")
+    head_dim = draw(st.sampled_from([4, 8, 16, 32]), label="head_dim")
+    block_size = draw(st.sampled_from([1, 2, 4, 8, 16] if paging else [2, 4, 8, 16]), label="block_size")
+    num_seqs = draw(st.integers(1, 4), label="num_seqs")
+    if paging:
+        lengths = st.one_of(
+            st.just(1),
+            st.integers(1, 6).map(lambda k: k * block_size),
+            st.integers(1, 64),
+            st.integers(65, 200),
+        )
+    else:
+        lengths = st.integers(1, 48)
+    seq_lens = tuple(draw(st.lists(lengths, min_size=num_seqs, max_size=num_seqs), label="seq_lens"))
+    needs = [math.ceil(n / block_size) for n in seq_lens]
+    spare = draw(st.integers(1, 3), label="spare blocks")
+    num_blocks = sum(needs) + spare
+    width = max(needs) + draw(st.integers(0, 2), label="padding columns")
+    if paging:
+        order = draw(st.permutations(range(num_blocks)), label="block order")
+    else:
+        order = list(range(num_blocks))
+    tables, start = [], 0
+    spares = order[sum(needs) :]
+    for need in needs:
+        row = list(order[start : start + need])
+        start += need
+        # Entries past what a sequence needs are valid ids that must not matter.
+        row += [spares[(len(row) + i) % len(spares)] for i in range(width - need)]
+        tables.append(tuple(row))
+    scale = draw(st.sampled_from([0.05, 0.5, 2.0]), label="scale") if custom_scale else None
+    return Case(
+        seed=draw(st.integers(0, 2**31 - 1), label="seed"),
+        dtype=dtype,
+        num_heads=num_kv_heads * ratio,
+        num_kv_heads=num_kv_heads,
+        head_dim=head_dim,
+        block_size=block_size,
+        num_blocks=num_blocks,
+        seq_lens=seq_lens,
+        tables=tuple(tables),
+        poisoned=tuple(spares) if paging else (),
+        poison_tails=paging,
+        scale=scale,
+        boost=draw(st.sampled_from([30.0, 100.0]), label="boost") if boost else 1.0,
+        device=device,
+    )
+
+
+def make_inputs(case: Case) -> dict[str, torch.Tensor]:
+    dtype = DTYPES[case.dtype]
+    gen = torch.Generator().manual_seed(case.seed)
+    num_seqs = len(case.seq_lens)
+    query = (torch.randn(num_seqs, case.num_heads, case.head_dim, generator=gen) * case.boost).to(dtype)
+    shape = (case.num_blocks, case.block_size, case.num_kv_heads, case.head_dim)
+    key_cache = torch.randn(shape, generator=gen).to(dtype)
+    value_cache = torch.randn(shape, generator=gen).to(dtype)
+    for cache in (key_cache, value_cache):
+        for block in case.poisoned:
+            cache[block] = float("nan")
+        if case.poison_tails:
+            for length, row in zip(case.seq_lens, case.tables, strict=True):
+                if length % case.block_size:
+                    cache[row[math.ceil(length / case.block_size) - 1], length % case.block_size :] = float("nan")
+    return {
+        "query": query,
+        "key_cache": key_cache,
+        "value_cache": value_cache,
+        "block_tables": torch.tensor(case.tables, dtype=torch.int32),
+        "seq_lens": torch.tensor(case.seq_lens, dtype=torch.int32),
+    }
+
+
+def dense_attention(inputs: dict[str, torch.Tensor], scale: float | None, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """softmax(scale * q K^T) V per sequence over its first seq_len tokens, computed in `dtype`."""
+    query, key_cache, value_cache = inputs["query"], inputs["key_cache"], inputs["value_cache"]
+    num_seqs, num_heads, head_dim = query.shape
+    block_size, num_kv_heads = key_cache.shape[1], key_cache.shape[2]
+    scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
+    out = torch.empty(num_seqs, num_heads, head_dim, dtype=dtype)
+    for i in range(num_seqs):
+        length = int(inputs["seq_lens"][i])
+        tokens = [(int(inputs["block_tables"][i, p // block_size]), p % block_size) for p in range(length)]
+        keys = torch.stack([key_cache[b, s] for b, s in tokens]).to(dtype)  # [len, kv_heads, d]
+        values = torch.stack([value_cache[b, s] for b, s in tokens]).to(dtype)
+        for h in range(num_heads):
+            kv = h // (num_heads // num_kv_heads)
+            weights = torch.softmax((keys[:, kv] @ query[i, h].to(dtype)) * scale, dim=0)
+            out[i, h] = weights @ values[:, kv]
+    return out
+
+
+def tolerance(case: Case, inputs: dict[str, torch.Tensor], reference: torch.Tensor) -> float:
+    """What a plain computation in the case's dtype misses by, times a margin, with a floor."""
+    dtype = DTYPES[case.dtype]
+    if dtype == torch.float32:
+        baseline = dense_attention(inputs, case.scale, torch.float32)
+    else:
+        baseline = dense_attention(inputs, case.scale, torch.float32).to(dtype)
+    error = float((baseline.double() - reference).abs().max())
+    return max(TOLERANCE_FLOOR[case.dtype], TOLERANCE_MARGIN * error)
+
+
+def digest(tensor: torch.Tensor) -> str:
+    data = tensor.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+    return hashlib.sha256(data).hexdigest()
+
+
+def repro_text(case: Case) -> list[str]:
+    dt = f"torch.{case.dtype}"
+    lines = [
+        f"g = torch.Generator().manual_seed({case.seed})",
+        f"query = (torch.randn({len(case.seq_lens)}, {case.num_heads}, {case.head_dim}, generator=g) * {case.boost}).to({dt})",
+        f"key_cache = torch.randn({case.num_blocks}, {case.block_size}, {case.num_kv_heads}, {case.head_dim}, generator=g).to({dt})",
+        f"value_cache = torch.randn({case.num_blocks}, {case.block_size}, {case.num_kv_heads}, {case.head_dim}, generator=g).to({dt})",
+        f"block_tables = torch.tensor({[list(r) for r in case.tables]}, dtype=torch.int32)",
+        f"seq_lens = torch.tensor({list(case.seq_lens)}, dtype=torch.int32)",
+    ]
+    if case.poisoned:
+        lines.append("for cache in (key_cache, value_cache):  # blocks no sequence reads")
+        lines.append(f"    cache[{list(case.poisoned)}] = float('nan')")
+    if case.poison_tails:
+        lines.append(f"for length, row in zip({list(case.seq_lens)}, block_tables.tolist()):  # unused tail slots")
+        lines.append(f"    if length % {case.block_size}:")
+        lines.append("        for cache in (key_cache, value_cache):")
+        lines.append(f"            cache[row[(length - 1) // {case.block_size}], length % {case.block_size}:] = float('nan')")
+    if case.device != "cpu":
+        lines.append(f"query, key_cache, value_cache, block_tables, seq_lens = (t.to('{case.device}') for t in (query, key_cache, value_cache, block_tables, seq_lens))")
+    scale = "" if case.scale is None else f", scale={case.scale}"
+    lines.append(f"out = paged_attention(query, key_cache, value_cache, block_tables, seq_lens{scale})")
+    lines.append("# dense float64 reference for sequence i, query head h:")
+    lines.append("#   K, V = first seq_lens[i] rows of key_cache/value_cache read through block_tables[i], kv head h // (num_heads // num_kv_heads)")
+    lines.append(f"#   expected[i, h] = softmax({'scale' if case.scale else '1/sqrt(head_dim)'} * K @ q[i, h]) @ V")
+    return lines
+
+
+def _where(case: Case, index: tuple[int, ...]) -> str:
+    i, h = index[0], index[1]
+    return f"seq {i} (seq_len={case.seq_lens[i]}), head {h} (kv head {h // (case.num_heads // case.num_kv_heads)})"
+
+
+def check_attention(ctx: ItemContext, strategy: st.SearchStrategy[Case], *, mutation_only: bool = False) -> Failure | None:
+    @seed(ctx.config.hypothesis.seed)
+    @hypothesis_settings(ctx.config, ctx.config.hypothesis.attention_examples)
+    @given(strategy)
+    def prop(case: Case) -> None:
+        repro = ctx.new_example()
+        for line in repro_text(case):
+            repro.add(line)
+        inputs = make_inputs(case)
+        reply = ctx.call(
+            "attention",
+            device=case.device,
+            scale=case.scale,
+            **{name: encode_tensor(t) for name, t in inputs.items()},
+        )
+        if not reply.ok:
+            raise student_error(ctx, reply, "paged_attention(...)", LABEL)
+        value = reply.value if isinstance(reply.value, dict) else {}
+        if mutation_only:
+            changed = [n for n, t in inputs.items() if (value.get("input_digests") or {}).get(n) != digest(t)]
+            if changed:
+                repro.add(f"# after the call these inputs differ from before: {changed}")
+                raise ctx.fail("wrong", f"paged_attention 修改了输入：{changed}", f"paged_attention modified its inputs: {changed}", expected="inputs unchanged", actual=f"changed: {changed}")
+            return
+        try:
+            out = decode_tensor(value.get("output"))
+        except TypeError:
+            raise ctx.fail("wrong", "paged_attention 应返回 torch.Tensor", "paged_attention should return a torch.Tensor", actual=str(value)[:200]) from None
+        want_shape = list(inputs["query"].shape)
+        if list(out.shape) != want_shape:
+            repro.add(f"out.shape  # expected {tuple(want_shape)}, got {tuple(out.shape)}")
+            raise ctx.fail("wrong", f"输出形状应为 {want_shape}，实际 {list(out.shape)}", f"output shape should be {want_shape}, got {list(out.shape)}", expected=str(want_shape), actual=str(list(out.shape)))
+        out_device = (value.get("output") or {}).get("device")
+        if str(out.dtype).replace("torch.", "") != case.dtype or out_device != case.device:
+            repro.add(f"out.dtype, out.device  # expected {case.dtype} on {case.device}, got {out.dtype} on {out_device}")
+            raise ctx.fail(
+                "wrong",
+                f"输出应与 query 同 dtype、同设备（{case.dtype}, {case.device}），实际 {out.dtype}, {out_device}",
+                f"the output should have the query's dtype and device ({case.dtype}, {case.device}); got {out.dtype}, {out_device}",
+                expected=f"{case.dtype} on {case.device}",
+                actual=f"{out.dtype} on {out_device}",
+            )
+        reference = dense_attention(inputs, case.scale)
+        tol = tolerance(case, inputs, reference)
+        diff = (out.double() - reference).abs()
+        if torch.isnan(out).any():
+            index = tuple(int(x) for x in torch.nonzero(torch.isnan(out))[0])
+            repro.add(f"out[{index[0]}, {index[1]}]  # contains NaN")
+            raise ctx.fail(
+                "wrong",
+                f"输出含 NaN（{_where(case, index)}）：读到了不该读的位置（多余表项或尾块，它们填的是 NaN），或 softmax 溢出",
+                f"the output has NaN ({_where(case, index)}): a slot that must not be read (a padding entry or block tail, filled with NaN) leaked in, or the softmax overflowed",
+                expected="finite values",
+                actual="NaN",
+            )
+        worst = float(diff.max())
+        if worst > tol:
+            index = tuple(int(x) for x in torch.nonzero(diff == diff.max())[0])
+            repro.add(f"out[{index[0]}, {index[1]}]  # max |out - expected| = {worst:.3g}, tolerance {tol:.3g}")
+            raise ctx.fail(
+                "wrong",
+                f"与稠密注意力不一致：{_where(case, index)} 最大误差 {worst:.3g}，容差 {tol:.3g}（{case.dtype}）",
+                f"differs from dense attention at {_where(case, index)}: max error {worst:.3g}, tolerance {tol:.3g} ({case.dtype})",
+                expected=f"{reference[index[0], index[1], :4].tolist()} ...",
+                actual=f"{out[index[0], index[1], :4].double().tolist()} ...",
+            )
+
+    return run_until_failure(ctx, prop)
+
+
+def check_mha_fp32(ctx: ItemContext) -> Failure | None:
+    return check_attention(ctx, cases())
+
+
+def check_gqa(ctx: ItemContext) -> Failure | None:
+    return check_attention(ctx, cases(ratios=(2, 3, 4, 8)))
+
+
+def check_paging(ctx: ItemContext) -> Failure | None:
+    return check_attention(ctx, cases(ratios=(1, 2), paging=True))
+
+
+def check_scale_and_stability(ctx: ItemContext) -> Failure | None:
+    return check_attention(ctx, cases(custom_scale=True, boost=True))
+
+
+def check_low_precision(ctx: ItemContext) -> Failure | None:
+    return check_attention(ctx, cases(dtypes=("float16", "bfloat16"), ratios=(1, 2, 4)))
+
+
+def check_inputs_unchanged(ctx: ItemContext) -> Failure | None:
+    return check_attention(ctx, cases(dtypes=("float32", "float16"), ratios=(1, 2), paging=True, custom_scale=True), mutation_only=True)
+
+
+def check_cuda(ctx: ItemContext) -> Failure | None:
+    return check_attention(ctx, cases(dtypes=("float32", "float16", "bfloat16"), ratios=(1, 2, 4), paging=True, device="cuda"))

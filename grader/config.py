@@ -1,0 +1,88 @@
+"""The term's grading configuration (grader/config.toml), read into typed, frozen objects."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import tomllib
+
+DEFAULT_PATH = Path(__file__).with_name("config.toml")
+TODOS = ("todo1", "todo2", "todo3", "todo4", "todo5")
+
+
+@dataclass(frozen=True)
+class HypothesisSettings:
+    seed: int
+    max_examples: int
+    stateful_examples: int
+    stateful_steps: int
+    attention_examples: int
+
+
+@dataclass(frozen=True)
+class Limits:
+    cell_timeout_s: float
+    call_timeout_s: float
+    item_budget_s: float
+    total_budget_s: float
+    memory_mb: int
+    output_kb: int
+    max_file_mb: int
+
+
+@dataclass(frozen=True)
+class Feedback:
+    language: str
+    max_repro_lines: int
+    show_traceback: bool
+
+
+@dataclass(frozen=True)
+class RubricItem:
+    id: str
+    todo: str
+    weight: float
+    zh: str
+    en: str
+    device: str = "cpu"
+
+    def title(self, lang: str) -> str:
+        return self.zh if lang == "zh" else self.en
+
+
+@dataclass(frozen=True)
+class Config:
+    hypothesis: HypothesisSettings
+    limits: Limits
+    feedback: Feedback
+    zero_on_flag: bool
+    items: tuple[RubricItem, ...]
+    digest: str  # identifies this configuration in gradebooks and caches
+
+    def item(self, item_id: str) -> RubricItem:
+        for item in self.items:
+            if item.id == item_id:
+                return item
+        raise KeyError(item_id)
+
+
+def load_config(path: Path | None = None) -> Config:
+    raw_bytes = (path or DEFAULT_PATH).read_bytes()
+    raw = tomllib.loads(raw_bytes.decode("utf-8"))
+    items = tuple(RubricItem(**entry) for entry in raw["items"])
+    ids = [item.id for item in items]
+    if len(set(ids)) != len(ids):
+        raise ValueError("rubric item ids must be unique")
+    unknown = {item.todo for item in items} - set(TODOS)
+    if unknown:
+        raise ValueError(f"unknown TODO names in rubric: {sorted(unknown)}")
+    return Config(
+        hypothesis=HypothesisSettings(**raw["hypothesis"]),
+        limits=Limits(**raw["limits"]),
+        feedback=Feedback(**raw["feedback"]),
+        zero_on_flag=bool(raw.get("integrity", {}).get("zero_on_flag", True)),
+        items=items,
+        digest=hashlib.sha256(raw_bytes).hexdigest()[:16],
+    )

@@ -1,0 +1,161 @@
+"""Grade one submission: load it, run it in the sandbox, run every rubric item, collect results.
+
+Never raises for anything a submission does: every path ends in a GradeResult.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+from grader import integrity
+from grader.checks import CHECKS, REQUIRED_NAMES
+from grader.checks.base import ItemContext
+from grader.config import Config, RubricItem
+from grader.results import FAILED, NOT_RUN, PASSED, CellReport, Failure, GradeResult, ItemResult, Text
+from grader.sandbox.client import LoadReport, Sandbox
+from grader.submission import Submission, SubmissionError, load_submission
+
+
+def cuda_available() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:  # a broken CUDA install means no CUDA, not a crash
+        return False
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if cuda_available() else "cpu"
+    return device
+
+
+def with_seed(config: Config, seed: int | None) -> Config:
+    if seed is None:
+        return config
+    return dataclasses.replace(config, hypothesis=dataclasses.replace(config.hypothesis, seed=seed))
+
+
+def grade_path(path: Path, config: Config, device: str = "auto") -> GradeResult:
+    started = time.monotonic()
+    device = resolve_device(device)
+    try:
+        submission = load_submission(path, config.limits.max_file_mb << 20)
+    except SubmissionError as error:
+        failure = Failure(kind="unreadable", message=Text(error.zh, error.en))
+        result = GradeResult(
+            submission=str(path),
+            sha256="",
+            config_digest=config.digest,
+            items=[_item(item, FAILED, failure) for item in config.items],
+            error=failure,
+            device=device,
+        )
+        result.seconds = round(time.monotonic() - started, 3)
+        return result
+    result = grade_submission(submission, config, device)
+    result.seconds = round(time.monotonic() - started, 3)
+    return result
+
+
+def grade_submission(submission: Submission, config: Config, device: str) -> GradeResult:
+    result = GradeResult(
+        submission=str(submission.path),
+        sha256=submission.sha256,
+        config_digest=config.digest,
+        items=[],
+        notes=[Text(zh, en) for zh, en in submission.notes],
+        flags=integrity.scan(submission),
+        device=device,
+    )
+    deadline = time.monotonic() + config.limits.total_budget_s
+    with Sandbox(submission.cells, config.limits, allow_cuda=device == "cuda") as sandbox:
+        report = sandbox.load()
+        result.cells = [
+            CellReport(
+                index=c.index,
+                status=c.status,
+                error_type=str((c.error or {}).get("type", "")),
+                message=str((c.error or {}).get("message", ""))[:1000],
+                traceback=str((c.error or {}).get("traceback", ""))[:4000],
+            )
+            for c in report.cells
+        ]
+        if report.blocked_imports:
+            result.flags.append(
+                Text(
+                    f"运行时尝试导入被禁止的模块：{report.blocked_imports}",
+                    f"tried to import forbidden modules at run time: {report.blocked_imports}",
+                )
+            )
+        skipped_todos: dict[str, Failure] = {}
+        for item in config.items:
+            result.items.append(_run_item(item, sandbox, report, config, device, deadline, skipped_todos))
+        result.output_excerpt, result.output_bytes = sandbox.output()
+    if result.flags and config.zero_on_flag:
+        flagged = Failure(
+            kind="integrity",
+            message=Text("提交使用了答案或评分器的代码，本次不计分", "the submission uses the answer key or the grader's code; no credit is given"),
+        )
+        result.items = [_item(config.item(i.id), FAILED, flagged) if i.status == PASSED else i for i in result.items]
+    return result
+
+
+def _run_item(
+    item: RubricItem,
+    sandbox: Sandbox,
+    report: LoadReport,
+    config: Config,
+    device: str,
+    deadline: float,
+    skipped_todos: dict[str, Failure],
+) -> ItemResult:
+    if item.device == "cuda" and device != "cuda":
+        return _item(item, NOT_RUN, Failure("not_run", Text("没有可用的 GPU：本项未运行，不计入总分", "no GPU here: not run, and not counted in the total")))
+    if report.failed:
+        return _item(item, FAILED, Failure("crashed", Text("提交的代码无法加载运行", "the submission's code could not be loaded"), actual=report.failed))
+    missing = [name for name in REQUIRED_NAMES[item.todo] if name not in report.names]
+    if missing:
+        return _item(item, FAILED, _missing(missing, report))
+    if item.todo in skipped_todos:
+        return _item(item, FAILED, skipped_todos[item.todo])
+    if time.monotonic() > deadline:
+        return _item(item, FAILED, Failure("budget", Text("整份提交的时间预算已用完，本项未评", "the submission's total time budget ran out before this item")))
+    started = time.monotonic()
+    if item.device == "cuda" and report.cuda_initialized:
+        # The loaded worker already holds a CUDA context, which a forked child cannot use.
+        with Sandbox(sandbox.cells, config.limits, allow_cuda=True) as fresh:
+            fresh.load()
+            return _timed(item, fresh, config, started)
+    return _timed(item, sandbox, config, started, skipped_todos)
+
+
+def _timed(item: RubricItem, sandbox: Sandbox, config: Config, started: float, skipped_todos: dict[str, Failure] | None = None) -> ItemResult:
+    ctx = ItemContext(sandbox, config, item.id, item.device)
+    try:
+        failure = CHECKS[item.id](ctx)
+    finally:
+        ctx.close()
+    if failure is not None and failure.kind == "not_implemented" and skipped_todos is not None:
+        skipped_todos[item.todo] = failure
+    result = _item(item, PASSED if failure is None else FAILED, failure)
+    result.examples = ctx.examples
+    result.seconds = round(time.monotonic() - started, 3)
+    return result
+
+
+def _missing(names: list[str], report: LoadReport) -> Failure:
+    broken = [c for c in report.cells if c.status != "ok"]
+    hint_zh = f"（有 {len(broken)} 个代码单元运行出错，定义可能在其中）" if broken else ""
+    hint_en = f" ({len(broken)} code cell(s) failed; the definition may be in one of them)" if broken else ""
+    return Failure(
+        "missing",
+        Text(f"没有找到 {', '.join(names)} 的定义{hint_zh}", f"{', '.join(names)} not defined{hint_en}"),
+    )
+
+
+def _item(item: RubricItem, status: str, failure: Failure | None) -> ItemResult:
+    return ItemResult(id=item.id, todo=item.todo, title=Text(item.zh, item.en), weight=item.weight, status=status, failure=failure)

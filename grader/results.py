@@ -1,0 +1,129 @@
+"""What grading produces: plain, JSON-ready records that reports and gradebooks read.
+
+Data flows one way: submission -> sandboxed run -> checks -> these records -> reports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+PASSED, FAILED, NOT_RUN = "passed", "failed", "not_run"
+
+
+@dataclass
+class Text:
+    """A sentence in both of the course's languages."""
+
+    zh: str
+    en: str
+
+    def get(self, lang: str) -> str:
+        return self.zh if lang == "zh" else self.en
+
+
+@dataclass
+class Failure:
+    """Why an item failed, with the smallest reproduction found."""
+
+    kind: str  # "wrong", "error", "not_implemented", "missing", "timeout", "crashed", "budget", "integrity"
+    message: Text
+    repro: str = ""  # code a student can paste into the notebook
+    expected: str = ""
+    actual: str = ""
+    traceback: str = ""
+
+
+@dataclass
+class ItemResult:
+    id: str
+    todo: str
+    title: Text
+    weight: float
+    status: str  # PASSED, FAILED or NOT_RUN
+    failure: Failure | None = None
+    examples: int = 0  # cases the item tried
+    seconds: float = 0.0
+
+    @property
+    def score(self) -> float:
+        return self.weight if self.status == PASSED else 0.0
+
+
+@dataclass
+class CellReport:
+    index: int
+    status: str  # "ok", "error", "timeout", "crashed", "not_run"
+    error_type: str = ""
+    message: str = ""
+    traceback: str = ""
+
+
+@dataclass
+class GradeResult:
+    submission: str
+    sha256: str
+    config_digest: str
+    items: list[ItemResult]
+    cells: list[CellReport] = field(default_factory=list)
+    notes: list[Text] = field(default_factory=list)
+    flags: list[Text] = field(default_factory=list)  # integrity findings
+    output_excerpt: str = ""
+    output_bytes: int = 0
+    error: Failure | None = None  # set when the submission could not be graded at all
+    seconds: float = 0.0
+    device: str = "cpu"
+
+    @property
+    def max_score(self) -> float:
+        return 100.0
+
+    @property
+    def score(self) -> float:
+        """Points out of 100.  Items that could not run here (no GPU) are left out of the scale."""
+        counted = [item for item in self.items if item.status != NOT_RUN]
+        possible = sum(item.weight for item in counted)
+        if not possible:
+            return 0.0
+        return round(100.0 * sum(item.score for item in counted) / possible, 2)
+
+    def todo_scores(self) -> dict[str, tuple[float, float]]:
+        """Per TODO: (points earned, points possible) among the items that ran."""
+        out: dict[str, tuple[float, float]] = {}
+        for item in self.items:
+            if item.status == NOT_RUN:
+                continue
+            got, possible = out.get(item.todo, (0.0, 0.0))
+            out[item.todo] = (got + item.score, possible + item.weight)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["score"] = self.score
+        data["max_score"] = self.max_score
+        return data
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> GradeResult:
+        def failure(raw: dict[str, Any] | None) -> Failure | None:
+            if not raw:
+                return None
+            return Failure(**{**raw, "message": Text(**raw["message"])})
+
+        return GradeResult(
+            submission=data["submission"],
+            sha256=data["sha256"],
+            config_digest=data["config_digest"],
+            items=[
+                ItemResult(**{**i, "title": Text(**i["title"]), "failure": failure(i.get("failure"))})
+                for i in data["items"]
+            ],
+            cells=[CellReport(**c) for c in data.get("cells", [])],
+            notes=[Text(**n) for n in data.get("notes", [])],
+            flags=[Text(**f) for f in data.get("flags", [])],
+            output_excerpt=data.get("output_excerpt", ""),
+            output_bytes=data.get("output_bytes", 0),
+            error=failure(data.get("error")),
+            seconds=data.get("seconds", 0.0),
+            device=data.get("device", "cpu"),
+        )

@@ -1,0 +1,151 @@
+"""Read a submission (.ipynb or .py) into the code cells a fresh kernel would run.
+
+"Restart and run all": code cells top to bottom whatever their execution counts, outputs
+ignored, IPython magics and shell escapes turned into no-ops.  Input that cannot be read
+raises SubmissionError with a reason in both languages; nothing here runs student code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+# Cell magics whose body is still Python; any other cell magic (%%bash, %%html...) drops the cell.
+PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun"}
+PY_CELL_MARKER = re.compile(r"^# ?(%%|In\[[ 0-9]*\]:)")
+
+
+class SubmissionError(Exception):
+    def __init__(self, code: str, zh: str, en: str):
+        super().__init__(en)
+        self.code = code
+        self.zh = zh
+        self.en = en
+
+
+@dataclass(frozen=True)
+class Cell:
+    index: int  # position among the notebook's code cells, from 1, as a student counts them
+    source: str
+
+
+@dataclass
+class Submission:
+    path: Path
+    kind: str  # "notebook" or "python"
+    cells: list[Cell]
+    sha256: str
+    notes: list[tuple[str, str]] = field(default_factory=list)  # (zh, en) remarks for the scorecard
+
+
+def load_submission(path: Path, max_bytes: int) -> Submission:
+    if not path.exists():
+        raise SubmissionError("missing", f"找不到提交文件：{path}", f"submission not found: {path}")
+    if path.is_dir():
+        raise SubmissionError("not_a_file", f"提交的是目录而不是文件：{path}", f"submission is a directory: {path}")
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise SubmissionError(
+            "too_large",
+            f"文件过大（{size} 字节，上限 {max_bytes}）；请清除输出后再提交",
+            f"file too large ({size} bytes, limit {max_bytes}); clear the outputs and resubmit",
+        )
+    data = path.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    suffix = path.suffix.lower()
+    if suffix == ".ipynb":
+        cells, notes = _notebook_cells(data)
+        return Submission(path, "notebook", cells, digest, notes)
+    if suffix == ".py":
+        return Submission(path, "python", _python_cells(_decode(data)), digest)
+    raise SubmissionError(
+        "unsupported_type",
+        f"不支持的文件类型 {suffix or '(无后缀)'}：请提交 .ipynb 或 .py",
+        f"unsupported file type {suffix or '(none)'}: submit a .ipynb or .py file",
+    )
+
+
+def _decode(data: bytes) -> str:
+    if b"\x00" in data:
+        raise SubmissionError("binary", "文件是二进制内容，不是文本", "the file is binary, not text")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise SubmissionError(
+            "not_utf8", f"文件不是 UTF-8 文本（{error}）", f"the file is not UTF-8 text ({error})"
+        ) from None
+
+
+def _notebook_cells(data: bytes) -> tuple[list[Cell], list[tuple[str, str]]]:
+    text = _decode(data)
+    if not text.strip():
+        raise SubmissionError("empty", "文件是空的", "the file is empty")
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise SubmissionError(
+            "not_json",
+            f"这不是有效的 Jupyter 笔记本（JSON 解析失败：第 {error.lineno} 行）",
+            f"not a valid Jupyter notebook (JSON error at line {error.lineno})",
+        ) from None
+    if not isinstance(raw, dict) or "nbformat" not in raw:
+        raise SubmissionError("not_notebook", "JSON 中没有 nbformat 字段，不是笔记本", "the JSON has no nbformat field: not a notebook")
+    notes: list[tuple[str, str]] = []
+    major = raw.get("nbformat")
+    try:
+        notebook = nbformat.reads(text, as_version=4)
+    except Exception as error:  # nbformat raises many kinds; all mean "cannot read"
+        raise SubmissionError(
+            "bad_notebook", f"无法读取笔记本：{error}", f"cannot read the notebook: {error}"
+        ) from None
+    if major != 4:
+        notes.append((f"笔记本格式为 nbformat {major}，已转换为 4 后评分", f"notebook was nbformat {major}; converted to 4 for grading"))
+    cells = []
+    code_index = 0
+    for cell in notebook.get("cells", []):
+        if cell.get("cell_type") != "code":
+            continue
+        code_index += 1
+        source = cell.get("source", "")
+        if isinstance(source, list):
+            source = "".join(source)
+        cells.append(Cell(code_index, neutralise_ipython(str(source))))
+    if not cells:
+        raise SubmissionError("no_code", "笔记本里没有代码单元", "the notebook has no code cells")
+    return cells, notes
+
+
+def _python_cells(text: str) -> list[Cell]:
+    if not text.strip():
+        raise SubmissionError("empty", "文件是空的", "the file is empty")
+    chunks: list[list[str]] = [[]]
+    for line in text.splitlines():
+        if PY_CELL_MARKER.match(line) and any(x.strip() for x in chunks[-1]):
+            chunks.append([])
+        chunks[-1].append(line)
+    return [Cell(i, neutralise_ipython("\n".join(chunk))) for i, chunk in enumerate(chunks, start=1)]
+
+
+def neutralise_ipython(source: str) -> str:
+    """Replace magics and shell escapes with `pass`, keeping line numbers and indentation."""
+    lines = source.split("\n")
+    first = lines[0].strip() if lines else ""
+    if first.startswith("%%"):
+        magic = first[2:].split()[0] if first[2:].split() else ""
+        if magic not in PYTHON_CELL_MAGICS:
+            return "pass  # cell magic %%" + magic + " not run by the grader"
+        lines[0] = "pass  # " + first
+    out = []
+    for line in lines:
+        stripped = line.lstrip()
+        indent = line[: len(line) - len(stripped)]
+        if stripped.startswith(("%", "!")) or re.match(r"^[A-Za-z_][\w, ]*=\s*[!%]", stripped):
+            out.append(indent + "pass  # IPython line not run by the grader")
+        else:
+            out.append(line)
+    return "\n".join(out)
