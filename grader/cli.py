@@ -1,36 +1,19 @@
-"""Command line: one sub-command per verb."""
+"""`python -m grader VERB ...`: one module per verb in grader/commands."""
 
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-from grader import assign
+from grader.commands import assign, grade
 
-
-def _assign(args: argparse.Namespace) -> int:
-    root = Path(args.root)
-    if args.check:
-        stale = assign.stale_files(root)
-        for path in stale:
-            print(f"out of date: {path}", file=sys.stderr)
-        if stale:
-            print("run `python -m grader assign` to regenerate", file=sys.stderr)
-        return 1 if stale else 0
-    for path in assign.write_all(root):
-        print(f"wrote {path}")
-    return 0
+VERBS = (grade, assign)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m grader", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m grader", description="Autograder for the PagedAttention exercise.")
     verbs = parser.add_subparsers(dest="verb", required=True)
-
-    p = verbs.add_parser("assign", help="regenerate reference/, student_template/ and notebooks/ from the source")
-    p.add_argument("--root", default=".", help="project root (default: current directory)")
-    p.add_argument("--check", action="store_true", help="only report files that are out of date")
-    p.set_defaults(run=_assign)
+    for module in VERBS:
+        module.register(verbs)
     return parser
 
 

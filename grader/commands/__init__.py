@@ -1,0 +1,1 @@
+"""One module per verb of `python -m grader`; each exposes register(subparsers)."""

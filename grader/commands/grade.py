@@ -1,0 +1,50 @@
+"""`grade`: grade one submission, print a summary, optionally write Gradescope's results.json.
+
+Exit status: 0 graded (whatever the score); 1 graded but below --fail-under; 2 not gradable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+EXIT_GRADED, EXIT_BELOW, EXIT_UNGRADABLE = 0, 1, 2
+
+
+def add_common_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--lang", choices=("zh", "en"), default=None, help="feedback language (default: the config's, zh)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="where paged attention is checked")
+    p.add_argument("--seed", type=int, default=None, help="hypothesis seed (default: the config's)")
+    p.add_argument("--config", type=Path, default=None, help="grading configuration (default: grader/config.toml)")
+
+
+def register(verbs: argparse._SubParsersAction) -> None:
+    p = verbs.add_parser("grade", help="grade one notebook (.ipynb) or script (.py)")
+    p.add_argument("submission", type=Path)
+    p.add_argument("--json", type=Path, default=None, help="write Gradescope results.json here")
+    p.add_argument("--fail-under", type=float, default=None, help="exit 1 when the score is below this")
+    add_common_options(p)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    # Imported here so that `--help` and the other verbs stay fast.
+    from grader.config import load_config
+    from grader.grade import grade_path, with_seed
+    from grader.report import gradescope, text
+
+    config = with_seed(load_config(args.config), args.seed)
+    lang = args.lang or config.feedback.language
+    result = grade_path(args.submission, config, args.device)
+    sys.stdout.write(text.render(result, lang))
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        payload = gradescope.to_results_json(result, lang)
+        args.json.write_text(json.dumps(payload, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    if result.error is not None:
+        return EXIT_UNGRADABLE
+    if args.fail_under is not None and result.score < args.fail_under:
+        return EXIT_BELOW
+    return EXIT_GRADED

@@ -1,0 +1,1 @@
+"""Renderings of a GradeResult: terminal text, Gradescope JSON, Markdown, HTML."""

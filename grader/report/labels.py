@@ -1,0 +1,48 @@
+"""Words shared by every report, in both languages."""
+
+from __future__ import annotations
+
+from grader.results import FAILED, NOT_RUN, PASSED
+
+TODO_NAMES = {
+    "todo1": ("TODO 1 容量账本", "TODO 1 capacity ledger"),
+    "todo2": ("TODO 2 Prefill 原子分配", "TODO 2 atomic prefill"),
+    "todo3": ("TODO 3 Decode 扩容", "TODO 3 decode growth"),
+    "todo4": ("TODO 4 逻辑缓存恢复", "TODO 4 logical cache"),
+    "todo5": ("TODO 5 分页注意力", "TODO 5 paged attention"),
+}
+
+STATUS = {
+    PASSED: ("通过", "passed"),
+    FAILED: ("未通过", "failed"),
+    NOT_RUN: ("未运行", "not run"),
+}
+
+WORDS = {
+    "score": ("得分", "Score"),
+    "repro": ("最小复现（可粘贴到笔记本中运行）", "Smallest reproduction (paste it into your notebook)"),
+    "expected": ("期望", "expected"),
+    "actual": ("实际", "actual"),
+    "traceback": ("你的代码中的调用栈", "traceback in your code"),
+    "cells": ("运行出错的代码单元", "cells that raised"),
+    "cell": ("代码单元", "cell"),
+    "flags": ("学术诚信提示", "Integrity flags"),
+    "notes": ("说明", "Notes"),
+    "unreadable": ("无法评分", "Could not grade"),
+    "output": ("笔记本的输出（节选）", "what the notebook printed (excerpt)"),
+}
+
+
+def todo_name(todo: str, lang: str) -> str:
+    zh, en = TODO_NAMES.get(todo, (todo, todo))
+    return zh if lang == "zh" else en
+
+
+def status_word(status: str, lang: str) -> str:
+    zh, en = STATUS[status]
+    return zh if lang == "zh" else en
+
+
+def word(key: str, lang: str) -> str:
+    zh, en = WORDS[key]
+    return zh if lang == "zh" else en

@@ -1,0 +1,49 @@
+"""Both directions: every buggy submission loses points in its own TODO and only there; every
+differently-written correct submission scores 100."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CORPUS, failing_todos, graded
+
+pytestmark = pytest.mark.slow
+
+
+def _expectation(path: Path) -> str:
+    header = path.read_text(encoding="utf-8").splitlines()[0]
+    assert header.startswith("# corpus: "), path
+    return header.removeprefix("# corpus: ")
+
+
+BUGGY = sorted((CORPUS / "buggy").glob("*.py"))
+CORRECT = sorted((CORPUS / "correct").glob("*.py"))
+
+
+def test_corpus_is_big_enough() -> None:
+    todos = [_expectation(p).split()[-1] for p in BUGGY]
+    assert len(BUGGY) >= 30 and len(CORRECT) >= 8
+    assert all(todos.count(f"todo{n}") >= 5 for n in range(1, 6))
+
+
+@pytest.mark.parametrize("path", BUGGY, ids=[p.stem for p in BUGGY])
+def test_buggy_submission_is_caught_in_its_todo(path: Path) -> None:
+    expectation = _expectation(path)
+    assert expectation.startswith("expect-fail ")
+    todo = expectation.split()[-1]
+    result = graded(path)
+    assert failing_todos(result) == {todo}, [(i.id, i.failure.message.en) for i in result.items if i.failure and i.status == "failed"]
+    for item in result.items:
+        if item.status == "failed":
+            assert item.failure is not None and item.failure.message.en and item.failure.message.zh
+            assert item.failure.kind in ("wrong", "error")
+            assert item.failure.repro, f"{item.id} failed without a reproduction"
+
+
+@pytest.mark.parametrize("path", CORRECT, ids=[p.stem for p in CORRECT])
+def test_correct_submission_scores_100(path: Path) -> None:
+    assert _expectation(path) == "expect-pass"
+    result = graded(path)
+    assert result.score == 100, [(i.id, i.failure.message.en, i.failure.repro) for i in result.items if i.status == "failed"]

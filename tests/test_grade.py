@@ -1,0 +1,134 @@
+"""Grading end to end: the reference scores 100, the template 0, the CLI keeps its contract."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from grader.report.gradescope import to_results_json
+from tests.conftest import ROOT, SOLUTION_NB, STUDENT_NB, graded
+
+
+def test_reference_notebook_scores_100() -> None:
+    result = graded(SOLUTION_NB)
+    assert result.score == 100
+    assert all(item.status in ("passed", "not_run") for item in result.items)
+    assert all(cell.status == "ok" for cell in result.cells)
+
+
+def test_template_scores_0_with_every_todo_not_implemented() -> None:
+    result = graded(STUDENT_NB)
+    assert result.score == 0
+    ran = [item for item in result.items if item.status != "not_run"]
+    assert ran and all(item.status == "failed" and item.failure.kind == "not_implemented" for item in ran)
+    assert {item.todo for item in ran} == {"todo1", "todo2", "todo3", "todo4", "todo5"}
+    assert all(cell.status == "ok" for cell in result.cells)  # the self-check cell reports, it does not crash
+
+
+def test_reference_module_and_solution_notebook_grade_the_same() -> None:
+    as_py = graded(ROOT / "reference" / "paged_attention.py")
+    as_nb = graded(SOLUTION_NB)
+    assert [(i.id, i.status) for i in as_py.items] == [(i.id, i.status) for i in as_nb.items]
+
+
+def _strip_timing(payload: dict) -> dict:
+    payload = json.loads(json.dumps(payload))
+    payload.pop("execution_time")
+    data = payload["extra_data"]["grade_result"]
+    data.pop("seconds")
+    for item in data["items"]:
+        item.pop("seconds")
+    return payload
+
+
+def _cli(*args: str, cwd=None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "grader", *args], capture_output=True, text=True, cwd=cwd or ROOT, timeout=600)
+
+
+def test_cli_json_is_gradescope_shaped_and_deterministic(tmp_path) -> None:
+    buggy = ROOT / "tests" / "corpus" / "buggy" / "todo3_mod_eq_one.py"
+    runs = []
+    for name in ("a.json", "b.json"):
+        proc = _cli("grade", str(buggy), "--json", str(tmp_path / name), "--lang", "en")
+        assert proc.returncode == 0, proc.stderr
+        runs.append(json.loads((tmp_path / name).read_text()))
+    assert _strip_timing(runs[0]) == _strip_timing(runs[1])
+    payload = runs[0]
+    assert set(payload) >= {"score", "max_score", "execution_time", "output", "tests"}
+    for test in payload["tests"]:
+        assert set(test) >= {"name", "number", "score", "max_score", "status", "output", "tags", "visibility"}
+        assert test["status"] in ("passed", "failed")
+        assert any(tag in test["tags"] for tag in ("todo1", "todo2", "todo3", "todo4", "todo5"))
+    failed = [t for t in payload["tests"] if t["status"] == "failed"]
+    assert failed and all("todo3" in t["tags"] and "counterexample" in t for t in failed)
+    assert "m = KVCacheManager(" in failed[0]["counterexample"] and "allocate_for_decode" in failed[0]["counterexample"]
+    assert payload["score"] < 100
+
+
+def test_fail_under_sets_exit_status(tmp_path) -> None:
+    buggy = ROOT / "tests" / "corpus" / "buggy" / "todo1_no_kv_factor.py"
+    assert _cli("grade", str(buggy), "--fail-under", "99").returncode == 1
+    assert _cli("grade", str(buggy), "--fail-under", "50").returncode == 0
+
+
+@pytest.mark.parametrize("content, name", [(b"", "empty.ipynb"), (b"{not json", "broken.ipynb"), (b"\x00\x01\x02", "blob.py"), (b"x = 1", "notes.txt")])
+def test_ungradable_input_exits_2_with_a_results_file(tmp_path, content: bytes, name: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(content)
+    proc = _cli("grade", str(path), "--json", str(tmp_path / "r.json"))
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stdout + proc.stderr
+    payload = json.loads((tmp_path / "r.json").read_text())
+    assert payload["score"] == 0 and payload["tests"] and all(t["status"] == "failed" for t in payload["tests"])
+
+
+def test_missing_submission_exits_2(tmp_path) -> None:
+    proc = _cli("grade", str(tmp_path / "nope.ipynb"), "--json", str(tmp_path / "r.json"), "--lang", "en")
+    assert proc.returncode == 2 and "not found" in proc.stdout
+    assert json.loads((tmp_path / "r.json").read_text())["score"] == 0
+
+
+def test_seed_option_changes_examples_but_not_the_verdict(tmp_path) -> None:
+    buggy = ROOT / "tests" / "corpus" / "buggy" / "todo4_sorted_table.py"
+    scores = set()
+    for seed in ("1", "2"):
+        proc = _cli("grade", str(buggy), "--seed", seed, "--json", str(tmp_path / f"{seed}.json"))
+        assert proc.returncode == 0
+        scores.add(json.loads((tmp_path / f"{seed}.json").read_text())["score"])
+    assert len(scores) == 1 and scores.pop() < 100
+
+
+def test_notebook_with_magics_stale_counts_and_outputs_grades_like_clean(tmp_path) -> None:
+    nb = nbformat.read(SOLUTION_NB, as_version=4)
+    for number, cell in enumerate(reversed(nb.cells)):
+        if cell.cell_type == "code":
+            cell.execution_count = number  # out of order: ignored, cells run top to bottom
+            cell.outputs = [nbformat.v4.new_output("stream", text="stale output\n")]
+    nb.cells.insert(0, nbformat.v4.new_code_cell("%matplotlib inline\n!pip install nothing\nresult = !ls"))
+    nb.cells.insert(1, nbformat.v4.new_code_cell("%%bash\necho not python"))
+    path = tmp_path / "messy.ipynb"
+    nbformat.write(nb, path)
+    result = graded(path)
+    assert result.score == 100
+    assert all(cell.status == "ok" for cell in result.cells)
+
+
+def test_result_json_round_trips() -> None:
+    from grader.results import GradeResult
+
+    result = graded(ROOT / "tests" / "corpus" / "buggy" / "todo3_mod_eq_one.py")
+    again = GradeResult.from_dict(json.loads(json.dumps(result.to_dict())))
+    assert to_results_json(again, "zh") == to_results_json(result, "zh")
+
+
+def test_grade_script_sets_up_and_grades(tmp_path) -> None:
+    if shutil.which("bash") is None:
+        pytest.skip("bash needed")
+    proc = subprocess.run([str(ROOT / "grade"), str(SOLUTION_NB), "--lang", "en"], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    assert "Score: 100 / 100" in proc.stdout
