@@ -6,16 +6,19 @@ Never raises for anything a submission does: every path ends in a GradeResult.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from grader import integrity
-from grader.checks import CHECKS, REQUIRED_NAMES
-from grader.checks.base import ItemContext
 from grader.config import Config, RubricItem
 from grader.results import FAILED, NOT_RUN, PASSED, CellReport, Failure, GradeResult, ItemResult, Text
 from grader.sandbox.client import LoadReport, Sandbox
 from grader.submission import Submission, SubmissionError, load_submission
+
+if TYPE_CHECKING:
+    from grader.checks import Check
 
 
 def cuda_available() -> bool:
@@ -73,7 +76,15 @@ def grade_submission(submission: Submission, config: Config, device: str) -> Gra
     )
     deadline = time.monotonic() + config.limits.total_budget_s
     with Sandbox(submission.cells, config.limits, allow_cuda=device == "cuda") as sandbox:
-        report = sandbox.load()
+        # The worker starts (imports torch, runs the cells) while this process imports the
+        # checks, which import torch and hypothesis too: on two cores that halves start-up.
+        loader = threading.Thread(target=sandbox.load, daemon=True)
+        loader.start()
+        from grader.checks import CHECKS, REQUIRED_NAMES
+
+        loader.join()
+        report = sandbox.report
+        assert report is not None
         result.cells = [
             CellReport(
                 index=c.index,
@@ -93,7 +104,7 @@ def grade_submission(submission: Submission, config: Config, device: str) -> Gra
             )
         skipped_todos: dict[str, Failure] = {}
         for item in config.items:
-            result.items.append(_run_item(item, sandbox, report, config, device, deadline, skipped_todos))
+            result.items.append(_run_item(item, CHECKS, REQUIRED_NAMES, sandbox, report, config, device, deadline, skipped_todos))
         result.output_excerpt, result.output_bytes = sandbox.output()
     if result.flags and config.zero_on_flag:
         flagged = Failure(
@@ -106,6 +117,8 @@ def grade_submission(submission: Submission, config: Config, device: str) -> Gra
 
 def _run_item(
     item: RubricItem,
+    checks: dict[str, Check],
+    required_names: dict[str, tuple[str, ...]],
     sandbox: Sandbox,
     report: LoadReport,
     config: Config,
@@ -117,7 +130,7 @@ def _run_item(
         return _item(item, NOT_RUN, Failure("not_run", Text("没有可用的 GPU：本项未运行，不计入总分", "no GPU here: not run, and not counted in the total")))
     if report.failed:
         return _item(item, FAILED, Failure("crashed", Text("提交的代码无法加载运行", "the submission's code could not be loaded"), actual=report.failed))
-    missing = [name for name in REQUIRED_NAMES[item.todo] if name not in report.names]
+    missing = [name for name in required_names[item.todo] if name not in report.names]
     if missing:
         return _item(item, FAILED, _missing(missing, report))
     if item.todo in skipped_todos:
@@ -129,14 +142,23 @@ def _run_item(
         # The loaded worker already holds a CUDA context, which a forked child cannot use.
         with Sandbox(sandbox.cells, config.limits, allow_cuda=True) as fresh:
             fresh.load()
-            return _timed(item, fresh, config, started)
-    return _timed(item, sandbox, config, started, skipped_todos)
+            return _timed(item, checks[item.id], fresh, config, started)
+    return _timed(item, checks[item.id], sandbox, config, started, skipped_todos)
 
 
-def _timed(item: RubricItem, sandbox: Sandbox, config: Config, started: float, skipped_todos: dict[str, Failure] | None = None) -> ItemResult:
+def _timed(
+    item: RubricItem,
+    check: Check,
+    sandbox: Sandbox,
+    config: Config,
+    started: float,
+    skipped_todos: dict[str, Failure] | None = None,
+) -> ItemResult:
+    from grader.checks.base import ItemContext
+
     ctx = ItemContext(sandbox, config, item.id, item.device)
     try:
-        failure = CHECKS[item.id](ctx)
+        failure = check(ctx)
     finally:
         ctx.close()
     if failure is not None and failure.kind == "not_implemented" and skipped_todos is not None:

@@ -132,3 +132,17 @@ def test_grade_script_sets_up_and_grades(tmp_path) -> None:
     proc = subprocess.run([str(ROOT / "grade"), str(SOLUTION_NB), "--lang", "en"], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr
     assert "Score: 100 / 100" in proc.stdout
+
+
+@pytest.mark.parametrize("name", ["todo2_alloc_before_check", "todo5_gqa_head_modulo"])
+def test_same_code_as_notebook_and_as_script_grades_the_same(tmp_path, name: str) -> None:
+    script = ROOT / "tests" / "corpus" / "buggy" / f"{name}.py"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# my answer"), nbformat.v4.new_code_cell(script.read_text(encoding="utf-8"))]
+    notebook = tmp_path / f"{name}.ipynb"
+    nbformat.write(nb, notebook)
+
+    def comparable(result) -> list:
+        return [(i.id, i.status, i.failure.message.en if i.failure else "", i.failure.repro if i.failure else "") for i in result.items]
+
+    assert comparable(graded(notebook)) == comparable(graded(script))

@@ -140,10 +140,13 @@ def student_error(ctx: ItemContext, reply: Reply, what: str, todo_label: str) ->
                 message=Text(f"{todo_label} 还没有实现（{what} 抛出 NotImplementedError）", f"{todo_label} is not implemented yet ({what} raised NotImplementedError)"),
             )
         )
+    hint_zh = hint_en = ""
+    if etype == "TypeError" and "argument" in message:
+        hint_zh, hint_en = "（函数签名与模板一致吗？）", " (does the signature match the template's?)"
     return ctx.fail(
         "error",
-        f"{what} 意外抛出 {etype}: {message}",
-        f"{what} raised {etype}: {message}",
+        f"{what} 意外抛出 {etype}: {message}{hint_zh}",
+        f"{what} raised {etype}: {message}{hint_en}",
         actual=f"{etype}: {message}",
         traceback=str(error.get("traceback", "")),
     )
