@@ -47,3 +47,24 @@ def test_correct_submission_scores_100(path: Path) -> None:
     assert _expectation(path) == "expect-pass"
     result = graded(path)
     assert result.score == 100, [(i.id, i.failure.message.en, i.failure.repro) for i in result.items if i.status == "failed"]
+
+
+@pytest.mark.parametrize(
+    "name, hint",
+    [
+        ("todo5_gqa_head_modulo", "h % num_kv_heads"),
+        ("todo5_gqa_repeat_tile", "h % num_kv_heads"),
+        ("todo5_no_scale", "not scaled"),
+        ("todo5_double_scale", "1/head_dim"),
+        ("todo5_ignores_seq_lens", "ignoring seq_len"),
+    ],
+)
+def test_attention_failure_names_the_likely_mistake(name: str, hint: str) -> None:
+    result = graded(CORPUS / "buggy" / f"{name}.py")
+    messages = [i.failure.message.en for i in result.items if i.status == "failed" and i.failure]
+    assert any(hint in message for message in messages), messages
+
+
+def test_correct_submission_gets_no_hint() -> None:
+    result = graded(CORPUS / "buggy" / "todo1_no_kv_factor.py")
+    assert not any("Hint" in (i.failure.message.en if i.failure else "") for i in result.items if i.todo == "todo5")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -132,23 +133,85 @@ def make_inputs(case: Case) -> dict[str, torch.Tensor]:
     }
 
 
-def dense_attention(inputs: dict[str, torch.Tensor], scale: float | None, dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """softmax(scale * q K^T) V per sequence over its first seq_len tokens, computed in `dtype`."""
+def dense_attention(
+    inputs: dict[str, torch.Tensor],
+    scale: float | None,
+    dtype: torch.dtype = torch.float64,
+    *,
+    kv_head: Callable[[int, int, int], int] | None = None,
+    length_of: Callable[[int, int], int] | None = None,
+) -> torch.Tensor:
+    """softmax(scale * q K^T) V per sequence over its first seq_len tokens, computed in `dtype`.
+
+    `kv_head` and `length_of` exist for diagnosis only: they compute what common mistakes compute.
+    """
     query, key_cache, value_cache = inputs["query"], inputs["key_cache"], inputs["value_cache"]
     num_seqs, num_heads, head_dim = query.shape
     block_size, num_kv_heads = key_cache.shape[1], key_cache.shape[2]
     scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
+    kv_head = kv_head or (lambda h, heads, kv_heads: h // (heads // kv_heads))
     out = torch.empty(num_seqs, num_heads, head_dim, dtype=dtype)
     for i in range(num_seqs):
         length = int(inputs["seq_lens"][i])
+        if length_of is not None:
+            length = length_of(i, length)
         tokens = [(int(inputs["block_tables"][i, p // block_size]), p % block_size) for p in range(length)]
         keys = torch.stack([key_cache[b, s] for b, s in tokens]).to(dtype)  # [len, kv_heads, d]
         values = torch.stack([value_cache[b, s] for b, s in tokens]).to(dtype)
         for h in range(num_heads):
-            kv = h // (num_heads // num_kv_heads)
+            kv = kv_head(h, num_heads, num_kv_heads)
             weights = torch.softmax((keys[:, kv] @ query[i, h].to(dtype)) * scale, dim=0)
             out[i, h] = weights @ values[:, kv]
     return out
+
+
+def diagnose(case: Case, inputs: dict[str, torch.Tensor], out: torch.Tensor, tol: float) -> tuple[str, str] | None:
+    """Name the common mistakes whose result the output matches, if any (several can fit one case)."""
+    head_dim = case.head_dim
+    default = 1.0 / math.sqrt(head_dim)
+    width = len(case.tables[0]) * case.block_size
+    candidates: list[tuple[str, str, Callable[[], torch.Tensor]]] = [
+        ("看起来没有乘 scale", "it looks like the scores are not scaled", lambda: dense_attention(inputs, 1.0)),
+        ("看起来 scale 用成了 1/head_dim", "it looks like scale is 1/head_dim", lambda: dense_attention(inputs, 1.0 / head_dim)),
+        (
+            "看起来忽略了传入的 scale 参数",
+            "it looks like the scale argument is ignored",
+            lambda: dense_attention(inputs, default),
+        ),
+        (
+            "看起来 query 头映射成了 h % num_kv_heads（应为 h // (num_heads // num_kv_heads)，即 repeat_interleave）",
+            "it looks like query head h reads kv head h % num_kv_heads (it should be h // (num_heads // num_kv_heads), as repeat_interleave gives)",
+            lambda: dense_attention(inputs, case.scale, kv_head=lambda h, heads, kv_heads: h % kv_heads),
+        ),
+        (
+            "看起来少读了最后一个 token（只用了 seq_len - 1 个）",
+            "it looks like the last token is left out (seq_len - 1 tokens used)",
+            lambda: dense_attention(inputs, case.scale, length_of=lambda i, n: max(1, n - 1)),
+        ),
+        (
+            "看起来读了块表中的所有位置，没有按 seq_len 截断",
+            "it looks like every slot of every table entry is read, ignoring seq_len",
+            lambda: dense_attention(inputs, case.scale, length_of=lambda i, n: width),
+        ),
+        (
+            "看起来所有序列都用了第一个序列的长度",
+            "it looks like every sequence uses the first sequence's length",
+            lambda: dense_attention(inputs, case.scale, length_of=lambda i, n: min(int(inputs["seq_lens"][0]), width)),
+        ),
+    ]
+    matches: list[tuple[str, str]] = []
+    for zh, en, compute in candidates:
+        if zh.startswith("看起来忽略了传入的 scale") and case.scale is None:
+            continue
+        try:
+            variant = compute()
+        except (IndexError, RuntimeError):
+            continue
+        if torch.isfinite(variant).all() and float((out.double() - variant.double()).abs().max()) <= tol:
+            matches.append((zh, en))
+    if not matches:
+        return None
+    return "；或".join(zh for zh, _ in matches), "; or ".join(en for _, en in matches)
 
 
 def tolerance(case: Case, inputs: dict[str, torch.Tensor], reference: torch.Tensor) -> float:
@@ -262,10 +325,12 @@ def check_attention(ctx: ItemContext, strategy: st.SearchStrategy[Case], *, muta
         if worst > tol:
             index = tuple(int(x) for x in torch.nonzero(diff == diff.max())[0])
             repro.add(f"out[{index[0]}, {index[1]}]  # max |out - expected| = {worst:.3g}, tolerance {tol:.3g}")
+            hint = diagnose(case, inputs, out, tol)
+            hint_zh, hint_en = (f"。提示：{hint[0]}", f". Hint: {hint[1]}") if hint else ("", "")
             raise ctx.fail(
                 "wrong",
-                f"与稠密注意力不一致：{_where(case, index)} 最大误差 {worst:.3g}，容差 {tol:.3g}（{case.dtype}）",
-                f"differs from dense attention at {_where(case, index)}: max error {worst:.3g}, tolerance {tol:.3g} ({case.dtype})",
+                f"与稠密注意力不一致：{_where(case, index)} 最大误差 {worst:.3g}，容差 {tol:.3g}（{case.dtype}）{hint_zh}",
+                f"differs from dense attention at {_where(case, index)}: max error {worst:.3g}, tolerance {tol:.3g} ({case.dtype}){hint_en}",
                 expected=f"{reference[index[0], index[1], :4].tolist()} ...",
                 actual=f"{out[index[0], index[1], :4].double().tolist()} ...",
             )
