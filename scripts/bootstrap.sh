@@ -8,7 +8,7 @@ STAMP="$VENV/.installed-$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
 if [ ! -f "$STAMP" ]; then
     echo "setting up $VENV (first run only)..." >&2
     "$PYTHON" -m venv "$VENV"
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT[test]" >&2
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "${ROOT}[test]" >&2
     rm -f "$VENV"/.installed-*
     touch "$STAMP"
 fi

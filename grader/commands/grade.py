@@ -1,4 +1,7 @@
-"""`grade`: grade one submission, print a summary, optionally write Gradescope's results.json.
+"""`grade`: grade one submission, print a summary, optionally write Gradescope's results.json and scorecards.
+
+Under GitHub Actions (GITHUB_ACTIONS=true) it also writes the job summary and prints the
+`Points X/Y` notice and error annotations.
 
 Exit status: 0 graded (whatever the score); 1 graded but below --fail-under; 2 not gradable.
 """
@@ -24,6 +27,8 @@ def register(verbs: argparse._SubParsersAction) -> None:
     p = verbs.add_parser("grade", help="grade one notebook (.ipynb) or script (.py)")
     p.add_argument("submission", type=Path)
     p.add_argument("--json", type=Path, default=None, help="write Gradescope results.json here")
+    p.add_argument("--markdown", type=Path, default=None, help="write the Markdown scorecard here")
+    p.add_argument("--html", type=Path, default=None, help="write the self-contained HTML scorecard here")
     p.add_argument("--fail-under", type=float, default=None, help="exit 1 when the score is below this")
     add_common_options(p)
     p.set_defaults(run=run)
@@ -33,16 +38,27 @@ def run(args: argparse.Namespace) -> int:
     # Imported here so that `--help` and the other verbs stay fast.
     from grader.config import load_config
     from grader.grade import grade_path, with_seed
-    from grader.report import gradescope, text
+    from grader.report import github, gradescope, html, markdown, text
 
     config = with_seed(load_config(args.config), args.seed)
     lang = args.lang or config.feedback.language
     result = grade_path(args.submission, config, args.device)
+    actions = github.in_actions()
+    # In GitHub Actions the text quotes student exceptions: keep it from issuing workflow commands.
+    token = github.stop_commands(sys.stdout) if actions else None
     sys.stdout.write(text.render(result, lang))
+    if token is not None:
+        github.resume_commands(sys.stdout, token)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         payload = gradescope.to_results_json(result, lang)
         args.json.write_text(json.dumps(payload, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    for path, render in ((args.markdown, markdown.render), (args.html, html.render)):
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(render(result, lang), encoding="utf-8")
+    if actions:
+        github.publish(result, lang, args.submission, sys.stdout)
     if result.error is not None:
         return EXIT_UNGRADABLE
     if args.fail_under is not None and result.score < args.fail_under:

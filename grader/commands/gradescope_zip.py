@@ -1,0 +1,32 @@
+"""`gradescope-zip`: build the Gradescope autograder zip (setup.sh, run_autograder, the grader)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import grader
+
+CHECKOUT = Path(grader.__file__).resolve().parent.parent
+
+
+def register(verbs: argparse._SubParsersAction) -> None:
+    p = verbs.add_parser("gradescope-zip", help="build the Gradescope autograder zip (no answer key inside)")
+    p.add_argument("--output", "-o", type=Path, default=Path("dist/gradescope-autograder.zip"), help="zip to write")
+    p.add_argument("--lang", choices=("zh", "en"), default=None, help="feedback language on Gradescope (default: the config's)")
+    p.add_argument("--root", type=Path, default=CHECKOUT, help="project checkout to package (default: this grader's)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from grader import gradescope_package
+    from grader.config import load_config
+
+    if not (args.root / "pyproject.toml").is_file():
+        print(f"gradescope-zip: {args.root} is not a checkout of the grader (no pyproject.toml)", file=sys.stderr)
+        return 2
+    lang = args.lang or load_config().feedback.language
+    names = gradescope_package.build(args.root, args.output, lang)
+    print(f"wrote {args.output} ({len(names)} files); upload it as the assignment's autograder")
+    return 0

@@ -1,0 +1,157 @@
+"""The student's scorecard as Markdown: small enough for $GITHUB_STEP_SUMMARY (1 MiB a step).
+
+Everything that comes from the submission (messages quoting its exceptions, printed values,
+reproductions, cell errors) is untrusted: inline text is escaped, code goes into fences or
+code spans longer than any backtick run inside it, so nothing can turn into HTML or links.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePath
+
+from grader.report.labels import status_word, todo_name, word
+from grader.results import FAILED, NOT_RUN, GradeResult, ItemResult
+
+# Words the scorecards need beyond labels.WORDS (shared with html.py and dashboard.py).
+WORDS = {
+    "scorecard": ("评分报告", "Scorecard"),
+    "total": ("总分", "Total"),
+    "todo": ("TODO", "TODO"),
+    "points": ("得分", "Points"),
+    "items": ("评分项", "Rubric items"),
+    "failed_items": ("未通过的评分项", "Failed items"),
+    "not_run_items": ("未运行的评分项（不计入总分）", "Items not run (left out of the total)"),
+    "scaled": ("总分按已运行的评分项折算为百分制", "the total is scaled to 100 over the items that ran"),
+    "all_passed": ("所有已运行的评分项都通过了", "every item that ran passed"),
+    "submission": ("提交", "Submission"),
+    "config": ("评分配置", "Grading configuration"),
+    "device": ("设备", "Device"),
+    "seconds": ("用时", "Time"),
+    "truncated": ("（已截断）", "(truncated)"),
+    "more": ("还有 {n} 项未列出", "{n} more not listed"),
+}
+
+FIELD_LIMIT = 6000  # characters of one repro/traceback/output shown; the JSON keeps everything
+SUMMARY_LIMIT = 900_000  # stay under GitHub's 1 MiB step-summary cap with room for other steps
+
+
+def say(key: str, lang: str, **fmt: object) -> str:
+    if key in WORDS:
+        zh, en = WORDS[key]
+        text = zh if lang == "zh" else en
+    else:
+        text = word(key, lang)
+    return text.format(**fmt) if fmt else text
+
+
+def clip(text: str, limit: int, lang: str) -> str:
+    return text if len(text) <= limit else text[:limit] + "\n… " + say("truncated", lang)
+
+
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~:@])")
+
+
+def inline(text: str) -> str:
+    """Untrusted text as one Markdown line: HTML entities for <>&, backslashes for Markdown."""
+    text = " ".join(text.split())
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MD_SPECIAL.sub(r"\\\1", text)
+
+
+def code_span(text: str) -> str:
+    text = " ".join(text.split())
+    if not text:
+        return ""
+    ticks = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    return f"{ticks} {text} {ticks}"
+
+
+def fence(text: str, lang_tag: str = "") -> str:
+    ticks = "`" * max(3, max((len(run) for run in re.findall(r"`{3,}", text)), default=0) + 1)
+    return f"{ticks}{lang_tag}\n{text.rstrip()}\n{ticks}"
+
+
+def bar(got: float, possible: float, width: int = 10) -> str:
+    filled = round(width * got / possible) if possible else 0
+    return "█" * filled + "░" * (width - filled)
+
+
+def details(summary: str, body: str) -> str:
+    # <details> is the one piece of HTML used; the summary is our own (escaped) text.
+    return f"<details><summary>{summary}</summary>\n\n{body}\n\n</details>"
+
+
+def _failure_block(item: ItemResult, lang: str) -> list[str]:
+    failure = item.failure
+    head = f"#### ✗ {inline(item.id)} ({item.score:g}/{item.weight:g}): {inline(item.title.get(lang))}"
+    out = [head, ""]
+    if failure is None:
+        return out
+    out.append(inline(failure.message.get(lang)))
+    if failure.expected or failure.actual:
+        out += ["", f"- {say('expected', lang)}: {code_span(failure.expected)}", f"- {say('actual', lang)}: {code_span(failure.actual)}"]
+    if failure.repro:
+        out += ["", f"{say('repro', lang)}:", "", fence(clip(failure.repro, FIELD_LIMIT, lang), "python")]
+    if failure.traceback:
+        out += ["", details(say("traceback", lang), fence(clip(failure.traceback, FIELD_LIMIT, lang)))]
+    out.append("")
+    return out
+
+
+def render(result: GradeResult, lang: str) -> str:
+    name = PurePath(result.submission).name
+    lines = [f"## {say('scorecard', lang)}: {inline(name)}", ""]
+    lines.append(f"**{say('total', lang)}: {result.score:g} / {result.max_score:g}**")
+    not_run = [item for item in result.items if item.status == NOT_RUN]
+    if not_run and result.error is None:
+        lines[-1] += f" ({say('scaled', lang)})"
+    lines.append("")
+    if result.error is not None:
+        lines += [f"**{say('unreadable', lang)}**: {inline(result.error.message.get(lang))}", ""]
+        return _finish(lines, result, lang)
+    for flag in result.flags:
+        lines.append(f"> ⚠️ **{say('flags', lang)}**: {inline(flag.get(lang))}")
+    for note in result.notes:
+        lines.append(f"> {inline(note.get(lang))}")
+    if result.flags or result.notes:
+        lines.append("")
+    lines += [f"| {say('todo', lang)} | {say('points', lang)} | |", "|---|---:|---|"]
+    for todo, (got, possible) in result.todo_scores().items():
+        lines.append(f"| {inline(todo_name(todo, lang))} | {got:g} / {possible:g} | `{bar(got, possible)}` |")
+    lines.append("")
+    failed = [item for item in result.items if item.status == FAILED]
+    if failed:
+        lines += [f"### {say('failed_items', lang)} ({len(failed)})", ""]
+        for item in failed:
+            lines += _failure_block(item, lang)
+    else:
+        lines += [f"✓ {say('all_passed', lang)}", ""]
+    if not_run:
+        lines += [f"### {say('not_run_items', lang)}", ""]
+        for item in not_run:
+            reason = item.failure.message.get(lang) if item.failure else status_word(NOT_RUN, lang)
+            lines.append(f"- {inline(item.id)}: {inline(item.title.get(lang))} — {inline(reason)}")
+        lines.append("")
+    broken = [cell for cell in result.cells if cell.status not in ("ok", "not_run")]
+    if broken:
+        lines += [f"### {say('cells', lang)}", ""]
+        for cell in broken:
+            lines.append(f"- {say('cell', lang)} {cell.index}: {code_span(cell.error_type or cell.status)} {inline(cell.message[:500])}")
+            if cell.traceback:
+                lines += ["", details(say("traceback", lang), fence(clip(cell.traceback, FIELD_LIMIT, lang))), ""]
+        lines.append("")
+    if result.output_excerpt:
+        lines += [details(say("output", lang), fence(clip(result.output_excerpt, FIELD_LIMIT, lang))), ""]
+    return _finish(lines, result, lang)
+
+
+def _finish(lines: list[str], result: GradeResult, lang: str) -> str:
+    lines.append(
+        f"<sub>{say('config', lang)} {inline(result.config_digest)} · {say('device', lang)} {inline(result.device)}"
+        f" · {say('seconds', lang)} {result.seconds:.1f} s" + (f" · sha256 {inline(result.sha256[:12])}" if result.sha256 else "") + "</sub>"
+    )
+    text = "\n".join(lines) + "\n"
+    if len(text.encode("utf-8")) > SUMMARY_LIMIT:
+        text = text.encode("utf-8")[:SUMMARY_LIMIT].decode("utf-8", "ignore") + "\n\n… " + say("truncated", lang) + "\n"
+    return text

@@ -1,0 +1,227 @@
+"""The class dashboard in a real browser: headless Chromium driven over the DevTools protocol.
+
+Chromium talks CDP over a pipe (--remote-debugging-pipe: fd 3 in, fd 4 out, NUL-separated
+JSON), so no port is opened and nothing touches the network.  ./run-tests installs Debian's
+chromium when it is missing; the tests skip only where no Chromium can be found at all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+import pytest
+
+from grader import batch
+from grader.config import load_config
+from grader.gradebook import ERROR, Gradebook
+from tests.test_batch import synthetic
+
+HOSTILE_ID = '<img src=x onerror="document.title=\'pwned\'">'
+
+CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+FLAGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--disable-extensions", "--mute-audio", "--hide-scrollbars",
+)
+
+
+def find_chromium() -> str | None:
+    for name in filter(None, (os.environ.get("CHROMIUM"), "/usr/bin/chromium", *CANDIDATES)):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+class Browser:
+    """Just enough of the DevTools protocol: one page, commands, and the events they cause."""
+
+    def __init__(self, executable: str, profile: Path):
+        to_browser, self._write = os.pipe()
+        self._read, from_browser = os.pipe()
+
+        def wire_fds() -> None:  # in the child: our pipe ends become its fd 3 and 4
+            a, b = os.dup(to_browser), os.dup(from_browser)
+            os.dup2(a, 3)
+            os.dup2(b, 4)
+
+        self.log = open(profile / "chromium.log", "wb")
+        self.process = subprocess.Popen(
+            [executable, *FLAGS, f"--user-data-dir={profile}", "--remote-debugging-pipe", "--window-size=1200,1600", "about:blank"],
+            preexec_fn=wire_fds, close_fds=False, stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log,
+        )
+        os.close(to_browser)
+        os.close(from_browser)
+        self._buffer = b""
+        self._next_id = 0
+        self.events: list[dict[str, Any]] = []
+        target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+        self.session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+        for domain in ("Page", "Runtime", "Log"):
+            self.call(f"{domain}.enable", session=True)
+
+    def _message(self, deadline: float) -> dict[str, Any]:
+        while b"\0" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([self._read], [], [], remaining)[0]:
+                raise TimeoutError("Chromium did not answer")
+            chunk = os.read(self._read, 1 << 20)
+            if not chunk:
+                raise EOFError("Chromium exited: " + (Path(self.log.name).read_text(errors="replace")[-2000:]))
+            self._buffer += chunk
+        raw, _, self._buffer = self._buffer.partition(b"\0")
+        return json.loads(raw)
+
+    def call(self, method: str, params: dict[str, Any] | None = None, session: bool = False, timeout: float = 30) -> dict[str, Any]:
+        self._next_id += 1
+        message: dict[str, Any] = {"id": self._next_id, "method": method, "params": params or {}}
+        if session:
+            message["sessionId"] = self.session
+        os.write(self._write, json.dumps(message).encode() + b"\0")
+        deadline = time.monotonic() + timeout
+        while True:
+            reply = self._message(deadline)
+            if reply.get("id") == self._next_id:
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error']}")
+                return reply.get("result", {})
+            self.events.append(reply)
+
+    def wait_for(self, event: str, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while not any(e.get("method") == event for e in self.events):
+            self.events.append(self._message(deadline))
+
+    def open(self, url: str) -> None:
+        self.events.clear()
+        self.call("Page.navigate", {"url": url}, session=True)
+        self.wait_for("Page.loadEventFired")
+
+    def js(self, expression: str) -> Any:
+        reply = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True}, session=True)
+        if "exceptionDetails" in reply:
+            raise AssertionError(f"{expression}: {reply['exceptionDetails']}")
+        return reply["result"].get("value")
+
+    def problems(self) -> list[str]:
+        """Console errors, uncaught exceptions and blocked resources (CSP) since the last open()."""
+        out = []
+        for event in self.events:
+            method, params = event.get("method"), event.get("params", {})
+            if method == "Runtime.exceptionThrown":
+                out.append(str(params["exceptionDetails"]))
+            elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert", "warning"):
+                out.append(str(params.get("args")))
+            elif method == "Log.entryAdded" and params["entry"].get("level") in ("error", "warning"):
+                out.append(params["entry"].get("text", ""))
+        return out
+
+    def screenshot(self, path: Path) -> None:
+        import base64
+
+        data = self.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}, session=True)["data"]
+        path.write_bytes(base64.b64decode(data))
+
+    def close(self) -> None:
+        try:
+            self.call("Browser.close", timeout=10)
+        except (OSError, EOFError, TimeoutError, RuntimeError):
+            pass
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        for fd in (self._read, self._write):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    executable = find_chromium()
+    if executable is None:
+        pytest.skip("no Chromium found (./run-tests installs Debian's chromium when run as root)")
+    with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
+        instance = Browser(executable, Path(profile))
+        try:
+            yield instance
+        finally:
+            instance.close()
+
+
+@pytest.fixture(scope="module")
+def class_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small class without grading: scores 100, 85, 80, 75 (three), 0 (a grader error); one hostile id."""
+    out = tmp_path_factory.mktemp("class")
+    students = [("alice", None), ("bob", "todo1"), ("carol", "todo2"), ("dave", "todo5"), (HOSTILE_ID, "todo3"), ("erin", "todo3")]
+    with Gradebook.in_dir(out) as book:
+        for number, (student, failing) in enumerate(students):
+            result = synthetic(failing, submission=f"{student}.ipynb", sha=f"{number:02d}")
+            book.add(student, result, sha256=result.sha256, source="batch", path=result.submission)
+            batch.write_student_files(out, student, result, "en")
+        broken = batch.error_result(Path("frank.ipynb"), load_config(), "timeout", "too slow", "太慢")
+        book.add("frank", broken, sha256="f" * 64, source="batch", path="frank.ipynb", status=ERROR)
+        batch.write_student_files(out, "frank", broken, "en")
+    batch.write_dashboard(out, "en")
+    return out
+
+
+def _order(browser: Browser) -> list[str]:
+    return browser.js("Array.from(document.querySelectorAll('#students tbody tr')).map(r => r.dataset.student)")
+
+
+def test_dashboard_loads_clean_sorts_and_is_screenshotted(browser: Browser, class_dir: Path, tmp_path: Path) -> None:
+    page = (class_dir / "dashboard.html").as_uri()
+    browser.open(page + "?sort=score&dir=asc")
+    assert browser.js("document.body.dataset.ready") == "1", browser.problems()  # the script ran (CSP allowed it)
+    assert browser.problems() == []
+    assert browser.js("document.getElementById('js-errors').hidden") is True
+    assert browser.js("document.querySelectorAll('img, iframe').length") == 0 and browser.js("document.title") != "pwned"
+    scores = browser.js("Array.from(document.querySelectorAll('#students tbody tr')).map(r => parseFloat(r.cells[1].dataset.v))")
+    assert scores == sorted(scores) and scores[0] == 0 and scores[-1] == 100  # ?sort=score&dir=asc
+
+    # Real clicks on the header buttons.
+    browser.js("document.querySelector('th[data-key=student] button').click()")
+    assert _order(browser) == sorted(_order(browser), key=str)
+    assert browser.js("document.querySelector('th[data-key=student]').getAttribute('aria-sort')") == "ascending"
+    browser.js("document.querySelector('th[data-key=student] button').click()")
+    assert _order(browser) == sorted(_order(browser), key=str, reverse=True)
+    browser.js("document.querySelector('th[data-key=score] button').click()")  # numbers sort high to low first
+    first = browser.js("document.querySelector('#students tbody tr').dataset.student")
+    assert first == "alice"
+    assert browser.js("document.getElementById('students').dataset.sorted") == "score:desc"
+    assert browser.problems() == []
+
+    # Charts are inline SVG; each student links to a scorecard that exists.
+    assert browser.js("document.querySelectorAll('#histogram rect').length") == 10
+    assert browser.js("document.querySelectorAll('#todo-rates rect').length") == 10
+    hrefs = browser.js("Array.from(document.querySelectorAll('#students a')).map(a => a.href)")
+    assert len(hrefs) == 7 and all(Path(unquote(urlparse(href).path)).is_file() for href in hrefs)
+
+    shot = tmp_path / "dashboard.png"
+    browser.screenshot(shot)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+    if os.environ.get("PA_SCREENSHOTS"):
+        shutil.copy(shot, Path(os.environ["PA_SCREENSHOTS"]) / "dashboard.png")
+
+
+def test_hostile_scorecard_runs_nothing(browser: Browser, class_dir: Path) -> None:
+    card = class_dir / "students" / f"{batch.slug(HOSTILE_ID)}.html"
+    browser.open(card.as_uri())
+    assert browser.problems() == []
+    assert browser.js("document.scripts.length") == 0 and browser.js("document.querySelectorAll('img').length") == 0
+    assert HOSTILE_ID in browser.js("document.querySelector('h1').textContent")

@@ -1,0 +1,118 @@
+"""The Gradescope autograder zip: no answer key inside, and run_autograder works on a fake /autograder."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, SOLUTION_NB
+from tests.test_workflows import tool
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("zip") / "autograder.zip"
+    proc = subprocess.run([sys.executable, "-m", "grader", "gradescope-zip", "-o", str(out), "--lang", "en"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def _solution_lines() -> set[str]:
+    """Distinctive lines of the answer key: the bodies of the source's solution regions."""
+    lines, inside = set(), False
+    for line in (ROOT / "notebooks" / "source" / "paged_attention.py").read_text(encoding="utf-8").splitlines():
+        marker = line.strip()
+        if marker.startswith("# >>> solution"):
+            inside = True
+        elif marker.startswith("# <<< solution"):
+            inside = False
+        elif inside and len(marker) >= 30 and not marker.startswith("#"):
+            lines.add(marker)
+    assert len(lines) >= 10
+    return lines
+
+
+def test_zip_holds_the_grader_and_no_answer_key(package: Path) -> None:
+    with zipfile.ZipFile(package) as archive:
+        names = archive.namelist()
+        assert {"setup.sh", "run_autograder", "pyproject.toml", "grader/__init__.py", "grader/config.toml", "grader/sandbox/worker.py"} <= set(names)
+        for name in names:
+            assert not re.match(r"(reference|student_template|notebooks|tests)/", name), name
+            assert "solution" not in name.lower() and "__pycache__" not in name
+        for script in ("setup.sh", "run_autograder"):
+            assert stat.S_IMODE(archive.getinfo(script).external_attr >> 16) & 0o111, script
+        answers = _solution_lines()
+        for name in names:
+            text = archive.read(name).decode("utf-8", "replace")
+            leaked = [line for line in answers if line in text]
+            assert not leaked, (name, leaked[:3])
+        torch_pin = next(line for line in (ROOT / "pyproject.toml").read_text().splitlines() if '"torch' in line).strip().strip(",").strip('"')
+        assert torch_pin in archive.read("setup.sh").decode()
+
+
+def test_zip_is_reproducible(package: Path, tmp_path: Path) -> None:
+    again = tmp_path / "again.zip"
+    subprocess.run([sys.executable, "-m", "grader", "gradescope-zip", "-o", str(again), "--lang", "en"], check=True, capture_output=True, cwd=ROOT, timeout=120)
+    assert again.read_bytes() == package.read_bytes()
+
+
+@pytest.mark.skipif(tool("shellcheck") is None, reason="shellcheck not installed")
+def test_zip_scripts_pass_shellcheck(package: Path, tmp_path: Path) -> None:
+    with zipfile.ZipFile(package) as archive:
+        archive.extractall(tmp_path, ["setup.sh", "run_autograder"])
+    proc = subprocess.run([tool("shellcheck"), str(tmp_path / "setup.sh"), str(tmp_path / "run_autograder")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout
+
+
+def _autograder(package: Path, root: Path) -> Path:
+    """Lay out /autograder the way Gradescope does: the zip unpacked in source/, an empty submission/."""
+    with zipfile.ZipFile(package) as archive:
+        archive.extractall(root / "source")
+    (root / "submission").mkdir()
+    shutil.copy(root / "source" / "run_autograder", root / "run_autograder")
+    (root / "run_autograder").chmod(0o755)
+    return root
+
+
+def _run(root: Path) -> dict:
+    # AUTOGRADER_PYTHON: this venv has the dependencies; the grader itself comes from the zip.
+    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": sys.executable}
+    env.pop("GITHUB_ACTIONS", None)
+    proc = subprocess.run(["bash", str(root / "run_autograder")], capture_output=True, text=True, cwd=root, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads((root / "results" / "results.json").read_text(encoding="utf-8"))
+
+
+def test_run_autograder_grades_a_submission_with_the_zipped_grader(package: Path, tmp_path: Path) -> None:
+    root = _autograder(package, tmp_path / "autograder")
+    shutil.copy(SOLUTION_NB, root / "submission" / "my work.ipynb")
+    (root / "submission" / "helper.py").write_text("x = 1\n")  # the notebook is what gets graded
+    results = _run(root)
+    assert results["score"] == 100 and results["tests"] and results["extra_data"]["grade_result"]["submission"].endswith("my work.ipynb")
+    which = subprocess.run(
+        [sys.executable, "-c", "import grader; print(grader.__file__)"],
+        capture_output=True, text=True, cwd=root / "source", env={**os.environ, "PYTHONPATH": str(root / "source")}, check=True,
+    )
+    assert Path(which.stdout.strip()).is_relative_to(root / "source")
+
+
+def test_run_autograder_with_nothing_uploaded_still_writes_results(package: Path, tmp_path: Path) -> None:
+    results = _run(_autograder(package, tmp_path / "autograder"))
+    assert results["score"] == 0 and "not found" in results["output"]
+
+
+def test_run_autograder_reports_a_broken_grader_to_the_student(package: Path, tmp_path: Path) -> None:
+    root = _autograder(package, tmp_path / "autograder")
+    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": "/bin/false"}
+    assert subprocess.run(["bash", str(root / "run_autograder")], env=env, capture_output=True, timeout=60).returncode == 0
+    results = json.loads((root / "results" / "results.json").read_text())
+    assert results["score"] == 0 and "autograder failed" in results["output"]

@@ -1,0 +1,172 @@
+"""Scorecards (Markdown, HTML) and the GitHub Actions output: complete, and safe against hostile submissions."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from markdown_it import MarkdownIt
+
+from grader.config import load_config
+from grader.report import github, html, markdown
+from grader.results import FAILED, NOT_RUN, PASSED, CellReport, Failure, GradeResult, ItemResult, Text
+from tests.conftest import ROOT
+
+# What a student controls: exception messages, printed values, output, file names.
+HOSTILE = "<script>alert(1)</script><img src=x onerror=alert(2)> ``` | [x](javascript:alert(3)) 100% \r\n::error::pwned"
+
+
+def hostile_result() -> GradeResult:
+    config = load_config()
+    items = []
+    for number, rubric in enumerate(config.items):
+        status = NOT_RUN if rubric.device == "cuda" else FAILED if number % 3 == 0 else PASSED
+        failure = None
+        if status == FAILED:
+            failure = Failure("wrong", Text("错 " + HOSTILE, "wrong " + HOSTILE), repro="x = '```'\n" + HOSTILE, expected=HOSTILE, actual="`" + HOSTILE, traceback=HOSTILE)
+        elif status == NOT_RUN:
+            failure = Failure("not_run", Text("没有可用的 GPU", "no GPU here"))
+        items.append(ItemResult(rubric.id, rubric.todo, Text(rubric.zh, rubric.en), rubric.weight, status, failure))
+    return GradeResult(
+        submission=f"/home/x/{HOSTILE[:30]}.ipynb",
+        sha256="ab" * 32,
+        config_digest=config.digest,
+        items=items,
+        cells=[CellReport(1, "ok"), CellReport(3, "error", "ZeroDivisionError", HOSTILE, HOSTILE)],
+        notes=[Text(HOSTILE, HOSTILE)],
+        flags=[Text("诚信 " + HOSTILE, "integrity " + HOSTILE)],
+        output_excerpt=HOSTILE,
+    )
+
+
+class Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def parse(page: str) -> Tags:
+    parser = Tags()
+    parser.feed(page)
+    return parser
+
+
+def assert_inert(page: str) -> None:
+    """No element or attribute the submission could have smuggled in."""
+    tags = parse(page).tags
+    names = {tag for tag, _ in tags}
+    assert not names & {"script", "img", "iframe", "object", "embed", "a", "form", "link"}, names
+    for _, attrs in tags:
+        assert not any(name.startswith("on") for name in attrs), attrs
+        assert not any("javascript:" in (value or "") for value in attrs.values()), attrs
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_html_scorecard_escapes_everything_and_is_self_contained(lang: str) -> None:
+    result = hostile_result()
+    page = html.render(result, lang)
+    assert_inert(page)
+    assert "<script>alert" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    csp = next(attrs["content"] for tag, attrs in parse(page).tags if tag == "meta" and attrs.get("http-equiv") == "Content-Security-Policy")
+    assert "default-src 'none'" in csp and "script-src" not in csp  # no script may run at all
+    assert "http://" not in page and "https://" not in page  # nothing to fetch: opens offline
+    text = "".join(parse(page).text)
+    assert f"{result.score:g} / 100" in text
+    failed = [i for i in result.items if i.status == FAILED]
+    for item in failed:
+        assert item.id in text
+    assert text.count("x = '```'") == len(failed)  # every reproduction, verbatim
+    assert "ZeroDivisionError" in text  # the cell that raised
+    assert ("未运行" if lang == "zh" else "not run") in text.lower() or "Items not run" in text
+    assert "todo5.cuda" in text
+
+
+def test_markdown_scorecard_renders_without_html_injection() -> None:
+    result = hostile_result()
+    text = markdown.render(result, "en")
+    rendered = MarkdownIt("commonmark").enable("table").render(text)  # GitHub allows raw HTML too
+    assert_inert(rendered)
+    # Each reproduction stays one code block with the student's ``` inside it.
+    blocks = re.findall(r'<pre><code class="language-python">(.*?)</code></pre>', rendered, re.S)
+    assert len(blocks) == sum(1 for i in result.items if i.status == FAILED)
+    assert all("x = '```'" in block for block in blocks)
+    assert "<table>" in rendered and rendered.count("<tr>") == 1 + 5  # header + one row per TODO
+    assert "Items not run" in text and "todo5\\.cuda" in text
+    assert "Cells that raised" in rendered or "cells that raised" in rendered
+    assert "**Total: " in text
+
+
+def test_markdown_scorecard_in_chinese_and_for_an_ungradable_file() -> None:
+    result = hostile_result()
+    assert "总分" in markdown.render(result, "zh")
+    result.error = Failure("unreadable", Text("不是有效的笔记本", "not a valid notebook"))
+    text = markdown.render(result, "en")
+    assert "Could not grade" in text and "not a valid notebook" in text
+
+
+def test_annotation_escaping() -> None:
+    assert github.escape_data("100%\r\nnext") == "100%25%0D%0Anext"
+    assert github.escape_property("a:b,c%\n") == "a%3Ab%2Cc%25%0A"
+    line = github.command("error", "line1\nline2", file="nb.ipynb", title="t: x, y")
+    assert line == "::error file=nb.ipynb,title=t%3A x%2C y::line1%0Aline2"
+
+
+def test_annotations_points_first_then_one_line_per_failure() -> None:
+    result = hostile_result()
+    lines = github.annotations(result, "en", "sub/nb.ipynb")
+    assert lines[0] == f"::notice title=Points::Points {int(result.score + 0.5)}/100"
+    assert all("\n" not in line and "\r" not in line for line in lines)
+    errors = [line for line in lines if line.startswith("::error ")]
+    failed = [i for i in result.items if i.status == FAILED]
+    assert len(errors) == min(len(failed), github.MAX_ANNOTATIONS)
+    assert all(line.startswith("::error file=sub/nb.ipynb,title=") for line in errors)
+    assert any(line.startswith("::warning ") and "ZeroDivisionError" in line for line in lines)
+
+
+def test_grade_in_github_actions_writes_summary_points_and_annotations(tmp_path: Path) -> None:
+    # A cell that prints workflow commands in its exception: they must stay inert text.
+    submission = tmp_path / "nb.py"
+    submission.write_text("raise RuntimeError('boom\\n::error title=fake::pwned\\n::add-mask::x')\n", encoding="utf-8")
+    summary, outputs = tmp_path / "summary.md", tmp_path / "outputs"
+    env = {**os.environ, "GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary), "GITHUB_OUTPUT": str(outputs), "GITHUB_WORKSPACE": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "grader", "grade", str(submission), "--lang", "en", "--markdown", str(tmp_path / "s.md"), "--html", str(tmp_path / "s.html")],
+        capture_output=True, text=True, cwd=ROOT, env=env, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("::stop-commands::"))
+    token = lines[start].removeprefix("::stop-commands::")
+    end = lines.index(f"::{token}::")
+    assert len(token) >= 16 and start < end
+    outside = lines[:start] + lines[end + 1 :]
+    # The student's text is raw only inside the stopped region; outside, only our own commands, escaped.
+    assert any(line.startswith("::error title=fake") for line in lines[start:end])
+    assert all(line.startswith(("::notice title=Points::", "::error file=", "::warning file=")) for line in outside if line)
+    assert any("%0A::error title=fake::pwned" in line for line in outside if line.startswith("::warning "))
+    assert "::notice title=Points::Points 0/100" in outside
+    assert any(line.startswith("::error file=nb.py,title=todo1.") for line in outside)
+    assert "Scorecard" in summary.read_text(encoding="utf-8")
+    assert "points=0\nmax-points=100\n" in outputs.read_text(encoding="utf-8")
+    assert (tmp_path / "s.md").read_text(encoding="utf-8").startswith("## Scorecard")
+    assert "<!doctype html>" in (tmp_path / "s.html").read_text(encoding="utf-8")
+
+
+def test_grade_outside_github_actions_prints_no_workflow_commands(tmp_path: Path) -> None:
+    submission = tmp_path / "nb.py"
+    submission.write_text("x = 1\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "GITHUB_ACTIONS"}
+    proc = subprocess.run([sys.executable, "-m", "grader", "grade", str(submission)], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    assert proc.returncode == 0 and "::" not in proc.stdout
