@@ -5,9 +5,11 @@ Never raises for anything a submission does: every path ends in a GradeResult.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,6 +24,10 @@ if TYPE_CHECKING:
 
 
 def cuda_available() -> bool:
+    # Without an NVIDIA device node there is no CUDA, and no need to import torch (most of a
+    # second of the judge's start-up) to find that out.
+    if not any(Path("/dev").glob("nvidia[0-9]*")):
+        return False
     try:
         import torch
 
@@ -77,7 +83,7 @@ def grade_submission(submission: Submission, config: Config, device: str) -> Gra
     deadline = time.monotonic() + config.limits.total_budget_s
     with Sandbox(submission.cells, config.limits, allow_cuda=device == "cuda") as sandbox:
         # The worker starts (imports torch, runs the cells) while this process imports the
-        # checks, which import torch and hypothesis too: on two cores that halves start-up.
+        # checks (hypothesis, numpy): on two cores the two start-ups overlap.
         loader = threading.Thread(target=sandbox.load, daemon=True)
         loader.start()
         from grader.checks import CHECKS, REQUIRED_NAMES
@@ -103,8 +109,9 @@ def grade_submission(submission: Submission, config: Config, device: str) -> Gra
                 )
             )
         skipped_todos: dict[str, Failure] = {}
-        for item in config.items:
-            result.items.append(_run_item(item, CHECKS, REQUIRED_NAMES, sandbox, report, config, device, deadline, skipped_todos))
+        with _hypothesis_home(sandbox.tmp):
+            for item in config.items:
+                result.items.append(_run_item(item, CHECKS, REQUIRED_NAMES, sandbox, report, config, device, deadline, skipped_todos))
         result.output_excerpt, result.output_bytes = sandbox.output()
     if result.flags and config.zero_on_flag:
         flagged = Failure(
@@ -113,6 +120,19 @@ def grade_submission(submission: Submission, config: Config, device: str) -> Gra
         )
         result.items = [_item(config.item(i.id), FAILED, flagged) if i.status == PASSED else i for i in result.items]
     return result
+
+
+@contextlib.contextmanager
+def _hypothesis_home(private: Path) -> Iterator[None]:
+    """Hypothesis caches what it learns (constants from local modules) under ./.hypothesis;
+    while grading it uses the sandbox's private directory instead, removed with it."""
+    from hypothesis.configuration import set_hypothesis_home_dir
+
+    set_hypothesis_home_dir(private / "hypothesis")
+    try:
+        yield
+    finally:
+        set_hypothesis_home_dir(None)  # back to the default: HYPOTHESIS_STORAGE_DIRECTORY or ./.hypothesis
 
 
 def _run_item(

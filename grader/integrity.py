@@ -13,7 +13,16 @@ from grader.results import Text
 from grader.submission import Submission
 
 FORBIDDEN = ("reference", "student_template", "grader")
-PATH_HINT = re.compile(r"(^|[/\\])(reference|student_template|grader)([/\\]|$)|paged_attention_solution")
+# A path into the answer key or the grader: the name next to a separator, never the bare word
+# (a dict key "reference" in a student's self-check is not a path).
+PATH_HINT = re.compile(
+    r"(^|[/\\])(reference|student_template|grader)[/\\]"
+    r"|[/\\](reference|student_template|grader)$"
+    r"|paged_attention_solution|notebooks[/\\]source"
+)
+# The worker refuses those imports through sys.meta_path; code that edits the import machinery
+# is working around that refusal.
+IMPORT_MACHINERY = ("meta_path", "path_hooks", "path_importer_cache")
 
 
 def scan(submission: Submission) -> list[Text]:
@@ -21,17 +30,38 @@ def scan(submission: Submission) -> list[Text]:
     for cell in submission.cells:
         try:
             tree = ast.parse(cell.source)
-        except SyntaxError:
-            continue
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue  # the worker reports the cell; nothing here can be flagged from it
+        seen: set[tuple[str, str]] = set()
         for node in ast.walk(tree):
-            name = _imported(node)
-            if name and name.split(".")[0] in FORBIDDEN:
-                findings.append(Text(f"第 {cell.index} 个代码单元导入了 {name}", f"code cell {cell.index} imports {name}"))
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and PATH_HINT.search(node.value):
+            finding = _finding(node)
+            if finding is None or finding in seen:
+                continue
+            seen.add(finding)
+            kind, what = finding
+            if kind == "import":
+                findings.append(Text(f"第 {cell.index} 个代码单元导入了 {what}", f"code cell {cell.index} imports {what}"))
+            elif kind == "path":
+                findings.append(Text(f"第 {cell.index} 个代码单元引用了路径 {what!r}", f"code cell {cell.index} refers to the path {what!r}"))
+            else:
                 findings.append(
-                    Text(f"第 {cell.index} 个代码单元引用了路径 {node.value[:80]!r}", f"code cell {cell.index} refers to the path {node.value[:80]!r}")
+                    Text(
+                        f"第 {cell.index} 个代码单元修改了 Python 的导入机制（sys.{what}），以绕过对答案与评分器的导入限制",
+                        f"code cell {cell.index} changes Python's import machinery (sys.{what}), which is how the block on importing the answer key and the grader is worked around",
+                    )
                 )
     return findings
+
+
+def _finding(node: ast.AST) -> tuple[str, str] | None:
+    name = _imported(node)
+    if name and name.split(".")[0] in FORBIDDEN:
+        return ("import", name)
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and PATH_HINT.search(node.value):
+        return ("path", node.value[:80])
+    if isinstance(node, ast.Attribute) and node.attr in IMPORT_MACHINERY:
+        return ("machinery", node.attr)
+    return None
 
 
 def _imported(node: ast.AST) -> str | None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import stat
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,18 +46,29 @@ class Submission:
 
 
 def load_submission(path: Path, max_bytes: int) -> Submission:
-    if not path.exists():
-        raise SubmissionError("missing", f"找不到提交文件：{path}", f"submission not found: {path}")
-    if path.is_dir():
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise SubmissionError("missing", f"找不到提交文件：{path}", f"submission not found: {path}") from None
+    except OSError as error:
+        raise SubmissionError("unreadable", f"无法读取提交文件：{error.strerror}", f"cannot read the submission: {error.strerror}") from None
+    if stat.S_ISDIR(info.st_mode):
         raise SubmissionError("not_a_file", f"提交的是目录而不是文件：{path}", f"submission is a directory: {path}")
-    size = path.stat().st_size
-    if size > max_bytes:
+    if not stat.S_ISREG(info.st_mode):  # a pipe or a device would block or never end
+        raise SubmissionError("not_a_file", f"提交的不是普通文件：{path}", f"submission is not a regular file: {path}")
+    if info.st_size > max_bytes:
         raise SubmissionError(
             "too_large",
-            f"文件过大（{size} 字节，上限 {max_bytes}）；请清除输出后再提交",
-            f"file too large ({size} bytes, limit {max_bytes}); clear the outputs and resubmit",
+            f"文件过大（{info.st_size} 字节，上限 {max_bytes}）；请清除输出后再提交",
+            f"file too large ({info.st_size} bytes, limit {max_bytes}); clear the outputs and resubmit",
         )
-    data = path.read_bytes()
+    try:
+        with path.open("rb") as f:
+            data = f.read(max_bytes + 1)
+    except OSError as error:
+        raise SubmissionError("unreadable", f"无法读取提交文件：{error.strerror}", f"cannot read the submission: {error.strerror}") from None
+    if len(data) > max_bytes:  # it grew after the size check
+        raise SubmissionError("too_large", f"文件过大（上限 {max_bytes} 字节）", f"file too large (limit {max_bytes} bytes)")
     digest = hashlib.sha256(data).hexdigest()
     suffix = path.suffix.lower()
     if suffix == ".ipynb":
@@ -93,16 +106,29 @@ def _notebook_cells(data: bytes) -> tuple[list[Cell], list[tuple[str, str]]]:
             f"这不是有效的 Jupyter 笔记本（JSON 解析失败：第 {error.lineno} 行）",
             f"not a valid Jupyter notebook (JSON error at line {error.lineno})",
         ) from None
+    except (ValueError, RecursionError):  # a number too long to convert, nesting too deep
+        raise SubmissionError(
+            "not_json", "这不是有效的 Jupyter 笔记本（JSON 无法解析）", "not a valid Jupyter notebook (the JSON cannot be read)"
+        ) from None
     if not isinstance(raw, dict) or "nbformat" not in raw:
         raise SubmissionError("not_notebook", "JSON 中没有 nbformat 字段，不是笔记本", "the JSON has no nbformat field: not a notebook")
     notes: list[tuple[str, str]] = []
     major = raw.get("nbformat")
-    try:
-        notebook = nbformat.reads(text, as_version=4)
-    except Exception as error:  # nbformat raises many kinds; all mean "cannot read"
+    if type(major) is not int or major not in (3, 4):
+        shown = str(major)[:20]
         raise SubmissionError(
-            "bad_notebook", f"无法读取笔记本：{error}", f"cannot read the notebook: {error}"
-        ) from None
+            "bad_notebook",
+            f"不支持的笔记本格式 nbformat {shown}（支持 3 和 4）",
+            f"unsupported notebook format nbformat {shown} (3 and 4 are supported)",
+        )
+    _drop_outputs(raw)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # nbformat's warnings about ids and minor versions
+            notebook = nbformat.reads(json.dumps(raw), as_version=4)
+    except Exception as error:  # nbformat raises many kinds; all mean "cannot read"
+        message = str(error).splitlines()[0][:300] if str(error) else type(error).__name__
+        raise SubmissionError("bad_notebook", f"无法读取笔记本：{message}", f"cannot read the notebook: {message}") from None
     if major != 4:
         notes.append((f"笔记本格式为 nbformat {major}，已转换为 4 后评分", f"notebook was nbformat {major}; converted to 4 for grading"))
     cells = []
@@ -118,6 +144,18 @@ def _notebook_cells(data: bytes) -> tuple[list[Cell], list[tuple[str, str]]]:
     if not cells:
         raise SubmissionError("no_code", "笔记本里没有代码单元", "the notebook has no code cells")
     return cells, notes
+
+
+def _drop_outputs(raw: dict) -> None:
+    """Outputs are never graded; dropping them first keeps a notebook full of them fast to read."""
+    cells = raw.get("cells")
+    sheets = raw.get("worksheets")
+    if isinstance(sheets, list):  # nbformat 3
+        cells = [c for sheet in sheets if isinstance(sheet, dict) and isinstance(sheet.get("cells"), list) for c in sheet["cells"]]
+    if isinstance(cells, list):
+        for cell in cells:
+            if isinstance(cell, dict) and isinstance(cell.get("outputs"), list):
+                cell["outputs"] = []
 
 
 def _python_cells(text: str) -> list[Cell]:

@@ -1,16 +1,43 @@
 """The judge's side of the sandbox: start the worker, load the cells, fork sessions, kill on limits.
 
 Only length-prefixed JSON crosses the boundary (never pickle), so nothing the worker sends
-can run code here.  Every wait has a timeout; whatever the worker does, the judge goes on.
+can run code here; a frame over 16 MiB, malformed JSON or an event of the wrong shape ends
+the session (or the cell) as "crashed", never the judge.  Every wait has a timeout;
+whatever the worker does, the judge goes on.
+
+What a submission runs under (defaults from grader/config.toml [limits]):
+
+- time: `cell_timeout_s` (60) per cell at load time, `call_timeout_s` (10) per graded call,
+  `item_budget_s` (60) per rubric item, `total_budget_s` (600) for the whole submission; a
+  cell that hangs or kills its process is skipped when the cells are run again;
+- memory: RLIMIT_AS of `memory_mb` (2048 MiB) on the process that runs the cells and on
+  everything it forks (not under CUDA, which maps far more than it uses);
+- output: the first `output_kb` (64 KiB) of stdout+stderr kept, the rest counted and dropped;
+- files: RLIMIT_FSIZE of 64 MiB per file; no core dumps;
+- processes: the worker's first process is a child subreaper in its own session, so every
+  process the submission starts (daemons, double forks, setsid, an emptied environment)
+  stays below it and is killed when the sandbox closes, or when the judge dies (a lifeline
+  pipe); the private directory (pa-grade-*) is removed either way;
+- Landlock, where the kernel has it (see `isolation()`): reads only of the Python
+  installation, its import directories (less the grader) and system directories, writes only
+  in the private work directory; no TCP; no signal or ptrace to any process outside the
+  sandbox, and no signal from one graded session to the loaded process or another session.
+  Set PA_GRADER_LANDLOCK=0 in the judge's environment to turn it off.
+
+Without Landlock (kernels before 5.13; signal scoping needs 6.12) a submission runs with the
+judge's user rights: it could read the answer key from disk, write files or signal the
+judge.  Run the grader in a container, as an unprivileged user, in that case.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import resource
 import secrets
+import select
 import shutil
 import signal
 import socket
@@ -28,8 +55,13 @@ from grader.config import Limits
 from grader.submission import Cell
 
 WORKER = Path(__file__).with_name("worker.py")
-MAX_FRAME = 256 << 20
+MAX_FRAME = 16 << 20  # no correct reply is near this; a larger one is refused unread
 TOKEN_VAR = "PA_GRADER_SANDBOX"
+LANDLOCK_SWITCH = "PA_GRADER_LANDLOCK"  # "0" in the judge's environment turns the file/signal/network confinement off
+FILE_MB = 64  # largest file the submission may write (RLIMIT_FSIZE)
+FORK_TIMEOUT_S = 5.0  # the loaded submission answers a fork order within this, or is restarted
+ATTENTION_INPUTS = ("query", "key_cache", "value_cache", "block_tables", "seq_lens")
+CONTRACT_NAMES = ("estimate_kv_cache_bytes", "Request", "KVCacheManager", "paged_attention")
 
 
 class WorkerLost(Exception):
@@ -60,6 +92,7 @@ class LoadReport:
     cuda_initialized: bool
     restarts: int
     failed: str | None = None  # why loading never finished, if it did not
+    landlock: int = 0  # the Landlock ABI the submission runs under (0: none; see isolation())
 
 
 @dataclass
@@ -70,25 +103,68 @@ class Reply:
     state: dict[str, Any] | None = None
 
 
-class OutputCapture:
-    """Drains a pipe on a thread, keeping the first `limit` bytes and counting the rest."""
+def landlock_abi() -> int:
+    """The Landlock ABI this kernel offers (0 when it has none): what confines a submission."""
+    try:
+        import ctypes
 
-    def __init__(self, stream: Any, limit: int):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        abi = libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+        return int(abi) if abi > 0 else 0
+    except (OSError, AttributeError):
+        return 0
+
+
+def isolation() -> dict[str, bool]:
+    """What this machine lets the sandbox enforce (see the README's section on the sandbox)."""
+    abi = landlock_abi() if os.environ.get(LANDLOCK_SWITCH, "1") != "0" else 0
+    return {
+        "files": abi >= 1,  # reads limited to the Python installation, writes to a private directory
+        "network": abi >= 4,  # no TCP
+        "signals": abi >= 6,  # no signal or ptrace to the judge or anything outside the sandbox
+    }
+
+
+class OutputCapture:
+    """Drains a pipe on a thread, keeping the first `limit` bytes and counting the rest.
+
+    The thread owns the descriptor: it reads with select() so that stop() ends it even when
+    some stray process still holds the pipe open, and it closes the descriptor itself.
+    """
+
+    def __init__(self, fd: int, limit: int):
         self.limit = limit
         self.kept = bytearray()
         self.total = 0
-        self._thread = threading.Thread(target=self._drain, args=(stream,), daemon=True)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._drain, args=(fd,), daemon=True, name="pa-grade-output")
         self._thread.start()
 
-    def _drain(self, stream: Any) -> None:
-        while True:
-            chunk = stream.read1(1 << 16) if hasattr(stream, "read1") else stream.read(1 << 16)
-            if not chunk:
-                return
-            self.total += len(chunk)
-            room = self.limit - len(self.kept)
-            if room > 0:
-                self.kept += chunk[:room]
+    def _drain(self, fd: int) -> None:
+        try:
+            while not self._stop.is_set():
+                ready, _, _ = select.select([fd], [], [], 0.2)
+                if not ready:
+                    continue
+                try:
+                    chunk = os.read(fd, 1 << 20)
+                except OSError:
+                    return
+                if not chunk:
+                    return
+                self.total += len(chunk)
+                room = self.limit - len(self.kept)
+                if room > 0:
+                    self.kept += chunk[:room]
+        finally:
+            os.close(fd)
+
+    def stop(self, wait: float = 1.0) -> None:
+        """Take what is already in the pipe, then end the thread."""
+        self._thread.join(timeout=wait)  # at EOF it ends by itself
+        self._stop.set()
+        self._thread.join(timeout=1.0)
 
     def text(self) -> str:
         return bytes(self.kept).decode("utf-8", errors="replace")
@@ -105,8 +181,8 @@ def _recv(sock: socket.socket, deadline: float) -> dict[str, Any]:
         raise WorkerLost("too_large", f"a reply of {size} bytes")
     try:
         message = json.loads(_read_exact(sock, size, deadline).decode())
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise WorkerLost("protocol", str(error)) from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:  # ValueError: bad JSON, huge ints
+        raise WorkerLost("protocol", str(error)[:200]) from None
     if not isinstance(message, dict):
         raise WorkerLost("protocol", "reply is not an object")
     return message
@@ -132,12 +208,83 @@ def _read_exact(sock: socket.socket, size: int, deadline: float) -> bytes:
     return b"".join(chunks)
 
 
+def _clean_error(raw: Any) -> dict[str, Any] | None:
+    """An error description from the worker, reduced to the fields and types the judge reads."""
+    if not isinstance(raw, dict):
+        return None
+    return {
+        "type": str(raw.get("type", ""))[:200],
+        "message": str(raw.get("message", ""))[:2000],
+        "traceback": str(raw.get("traceback", ""))[:4000],
+        "not_implemented": raw.get("not_implemented") is True,
+        "rejected_return": raw.get("rejected_return") is True,
+    }
+
+
+def _index(event: dict[str, Any]) -> int:
+    index = event.get("index")
+    if type(index) is not int:
+        raise WorkerLost("protocol", "a cell event without a cell index")
+    return index
+
+
 def _limit_resources(pid: int, memory_mb: int | None) -> None:
-    """Caps set from outside (no preexec_fn: the judge has threads); before any cell is sent."""
-    resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))
-    resource.prlimit(pid, resource.RLIMIT_FSIZE, (64 << 20, 64 << 20))
-    if memory_mb:
-        resource.prlimit(pid, resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
+    """Caps set from outside (no preexec_fn: the judge has threads); the worker sets its own too."""
+    try:
+        resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))
+        resource.prlimit(pid, resource.RLIMIT_FSIZE, (FILE_MB << 20, FILE_MB << 20))
+        if memory_mb:
+            resource.prlimit(pid, resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
+    except ProcessLookupError:
+        pass  # already gone: the next wait says so
+
+
+def _process_table() -> dict[int, list[int]]:
+    """Parent pid -> live child pids, from /proc (zombies left out: they are already dead)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 1 and fields[0] != b"Z":
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    return children
+
+
+def descendants(root: int) -> list[int]:
+    table = _process_table()
+    found, todo = [], [root]
+    while todo:
+        for child in table.get(todo.pop(), ()):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def kill_descendants(root: int) -> int:
+    """SIGKILL everything below `root` until nothing is left; returns how many were killed.
+
+    The worker's first process is a child subreaper, so an orphan of the submission (a
+    daemon, a double fork, a setsid) is re-parented to it and is found on the next round.
+    """
+    killed = 0
+    for _round in range(200):
+        below = descendants(root)
+        if not below:
+            break
+        for pid in below:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.002)
+    return killed
 
 
 class Sandbox:
@@ -152,17 +299,22 @@ class Sandbox:
         self.tmp = Path(tempfile.mkdtemp(prefix="pa-grade-"))
         self.workdir = self.tmp / "work"
         self.workdir.mkdir()
+        self.shared_dir = self.tmp / "io"  # the judge's input files, shared with the submission read-write
+        self.shared_dir.mkdir()
         self.socket_path = str(self.tmp / "judge.sock")
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(self.socket_path)
         self.listener.listen(16)
         self.process: subprocess.Popen[bytes] | None = None
         self.control: socket.socket | None = None
-        self.stdout: OutputCapture | None = None
-        self.stderr: OutputCapture | None = None
         self.report: LoadReport | None = None
+        self.landlock = 0
+        self._lifeline: int | None = None
+        self._zygote_pid = 0
+        self._captures: list[tuple[OutputCapture, OutputCapture]] = []
         self._sessions = 0
         self._skip: dict[int, CellOutcome] = {}
+        self._total_deadline: float | None = None
 
     # -- lifecycle -----------------------------------------------------------------
     def __enter__(self) -> Sandbox:
@@ -198,53 +350,98 @@ class Sandbox:
             env["CUDA_VISIBLE_DEVICES"] = ""
         return env
 
-    def _start_worker(self) -> None:
-        memory = None if self.allow_cuda else self.limits.memory_mb  # CUDA maps more address space than it uses
-        self.process = subprocess.Popen(
-            [self.python, "-u", "-s", "-P", str(WORKER), self.socket_path],
-            cwd=self.workdir,
-            env=self._env(),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
-        _limit_resources(self.process.pid, memory)
-        limit = self.limits.output_kb << 10
-        self.stdout = OutputCapture(self.process.stdout, limit)
-        self.stderr = OutputCapture(self.process.stderr, limit)
-        self.control = self._accept(time.monotonic() + 60)
+    def _memory_mb(self) -> int | None:
+        return None if self.allow_cuda else self.limits.memory_mb  # CUDA maps more address space than it uses
 
-    def _accept(self, deadline: float) -> socket.socket:
+    def _start_worker(self) -> None:
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        life_r, life_w = os.pipe()  # the worker's reaper kills everything when this closes
+        try:
+            self.process = subprocess.Popen(
+                [self.python, "-u", "-s", "-P", str(WORKER), self.socket_path, str(life_r)],
+                cwd=self.workdir,
+                env=self._env(),
+                stdin=subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=err_w,
+                pass_fds=(life_r,),
+                start_new_session=True,
+            )
+        except BaseException:
+            for fd in (out_r, err_r, life_w):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (out_w, err_w, life_r):
+                os.close(fd)
+        self._lifeline = life_w
+        _limit_resources(self.process.pid, self._memory_mb())
+        limit = self.limits.output_kb << 10
+        self._captures.append((OutputCapture(out_r, limit), OutputCapture(err_r, limit)))
+        self.control = self._accept(time.monotonic() + 60, starting=True)
+        self._zygote_pid = _peer_pid(self.control)
+
+    def _accept(self, deadline: float, starting: bool = False) -> socket.socket:
+        """The next connection from a child of the reaper (starting) or of the zygote (a session).
+
+        Anything else waiting in the backlog (a session child of a zygote killed a moment ago,
+        a process of the submission dialling in) is dropped.
+        """
+        parent = self.process.pid if starting and self.process is not None else self._zygote_pid
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise WorkerLost("timeout", "the worker did not connect")
-            self.listener.settimeout(min(remaining, 0.5))
+            self.listener.settimeout(min(remaining, 0.2))
             try:
                 conn, _ = self.listener.accept()
-                return conn
+                if _parent_of(_peer_pid(conn)) == parent:
+                    return conn
+                conn.close()
             except TimeoutError:
-                if self.process is not None and self.process.poll() is not None and self.control is None:
+                if self.process is None or self.process.poll() is not None:
                     raise WorkerLost("exited", "the worker exited before connecting") from None
+                if not starting and not self._zygote_alive():
+                    raise WorkerLost("exited", "the loaded submission is gone") from None
+
+    def _zygote_alive(self) -> bool:
+        """Whether the process that ran the cells is still there (its control connection is open)."""
+        if self.control is None or self.process is None or self.process.poll() is not None:
+            return False
+        try:
+            self.control.settimeout(0)
+            return bool(self.control.recv(1, socket.MSG_PEEK))
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        finally:
+            self.control.settimeout(FORK_TIMEOUT_S)
 
     def _stop_worker(self) -> None:
         if self.control is not None:
             self.control.close()
             self.control = None
         if self.process is not None:
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            if self.process.poll() is None:  # once it has exited and been reaped its pid may be reused
+                kill_descendants(self.process.pid)
+                try:
+                    os.killpg(self.process.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                self.process.kill()
             self.process.wait()
-            for stream in (self.process.stdout, self.process.stderr):
-                if stream is not None:
-                    stream.close()
             self.process = None
+        if self._lifeline is not None:
+            os.close(self._lifeline)
+            self._lifeline = None
+        for out, err in self._captures:
+            out.stop()
+            err.stop()
 
     def _kill_strays(self) -> None:
-        """Kill anything still carrying this sandbox's token (e.g. a process that called setsid)."""
+        """Kill anything still carrying this sandbox's token (a last resort: the reaper finds the rest)."""
         marker = f"{TOKEN_VAR}={self.token}".encode()
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -260,6 +457,8 @@ class Sandbox:
         """Run the cells once.  A cell that hangs or kills the process is skipped on a restart."""
         restarts = 0
         total_deadline = time.monotonic() + self.limits.total_budget_s
+        if self._total_deadline is None:
+            self._total_deadline = total_deadline
         while True:
             try:
                 self.report = self._try_load(total_deadline)
@@ -270,11 +469,16 @@ class Sandbox:
                 self._skip[killed.outcome.index] = killed.outcome
                 restarts += 1
                 if restarts > len(self.cells) or time.monotonic() > total_deadline:
-                    self.report = LoadReport(self._outcomes({}), {}, [], False, restarts, failed="restarts")
+                    self.report = LoadReport(self._outcomes({}), {}, [], False, restarts, failed="restarts", landlock=self.landlock)
                     return self.report
             except WorkerLost as lost:
                 self._stop_worker()
-                self.report = LoadReport(self._outcomes({}), {}, [], False, restarts, failed=str(lost))
+                self.report = LoadReport(self._outcomes({}), {}, [], False, restarts, failed=str(lost), landlock=self.landlock)
+                return self.report
+            except Exception as error:  # the machine, not the submission (no Python, no fork): still a report
+                self._stop_worker()
+                failed = f"the sandbox could not start: {type(error).__name__}: {error}"
+                self.report = LoadReport(self._outcomes({}), {}, [], False, restarts, failed=failed, landlock=self.landlock)
                 return self.report
 
     def _outcomes(self, seen: dict[int, CellOutcome]) -> list[CellOutcome]:
@@ -284,64 +488,124 @@ class Sandbox:
         self._start_worker()
         assert self.control is not None
         runnable = [{"index": c.index, "source": c.source} for c in self.cells if c.index not in self._skip]
-        _send(self.control, {"op": "load", "cells": runnable})
+        load = {
+            "op": "load",
+            "cells": runnable,
+            "workdir": str(self.workdir),
+            "shared": str(self.shared_dir),
+            "cuda": self.allow_cuda,
+            "landlock": os.environ.get(LANDLOCK_SWITCH, "1") != "0",
+            "limits": {"memory_mb": self._memory_mb(), "file_mb": FILE_MB},
+        }
+        try:
+            _send(self.control, load)
+        except OSError as error:
+            raise WorkerLost("exited", str(error)) from None
         seen: dict[int, CellOutcome] = {}
         current: int | None = None
+        confined = False
         while True:
             deadline = min(time.monotonic() + self.limits.cell_timeout_s, total_deadline)
             try:
                 event = _recv(self.control, deadline)
+                kind = event.get("event")
+                if not confined:
+                    # The first event comes before any cell runs, so it is the worker's own word.
+                    if kind != "confined":
+                        raise WorkerLost("protocol", "the worker did not report its confinement")
+                    self.landlock = event.get("landlock") if type(event.get("landlock")) is int else 0
+                    confined = True
+                elif kind == "cell_start":
+                    current = _index(event)
+                elif kind == "cell_done":
+                    index = _index(event)
+                    error = _clean_error(event.get("error"))
+                    seen[index] = CellOutcome(index, "error" if error else "ok", error)
+                    current = None
+                elif kind == "loaded":
+                    return self._loaded(event, seen)
             except WorkerLost as lost:
                 if current is None:
                     raise
                 status = "timeout" if lost.reason == "timeout" else "crashed"
                 raise _CellKilled(CellOutcome(current, status, {"type": status, "message": lost.detail})) from None
-            kind = event.get("event")
-            if kind == "cell_start":
-                current = int(event["index"])
-            elif kind == "cell_done":
-                error = event.get("error")
-                seen[int(event["index"])] = CellOutcome(int(event["index"]), "error" if error else "ok", error)
-                current = None
-            elif kind == "loaded":
-                return LoadReport(
-                    cells=self._outcomes(seen),
-                    names=dict(event.get("names") or {}),
-                    blocked_imports=[str(x) for x in event.get("blocked_imports") or []][:20],
-                    cuda_initialized=bool(event.get("cuda_initialized")),
-                    restarts=0,
-                )
+
+    def _loaded(self, event: dict[str, Any], seen: dict[int, CellOutcome]) -> LoadReport:
+        names = event.get("names")
+        blocked = event.get("blocked_imports")
+        return LoadReport(
+            cells=self._outcomes(seen),
+            names={k: v for k, v in names.items() if k in CONTRACT_NAMES and isinstance(v, dict)} if isinstance(names, dict) else {},
+            blocked_imports=[str(x)[:200] for x in blocked][:20] if isinstance(blocked, list) else [],
+            cuda_initialized=event.get("cuda_initialized") is True,
+            restarts=0,
+            landlock=self.landlock,
+        )
+
+    def _reload(self, deadline: float) -> None:
+        """Start the submission again after an earlier session killed or froze it."""
+        self._stop_worker()
+        self._skip = {o.index: o for o in (self.report.cells if self.report else []) if o.status in ("timeout", "crashed")}
+        total = self._total_deadline or time.monotonic() + self.limits.total_budget_s
+        try:
+            self._try_load(min(deadline, total))
+        except _CellKilled as killed:
+            self._stop_worker()
+            raise WorkerLost("exited", f"restarting the submission, cell {killed.outcome.index} {killed.outcome.status}") from None
+        except WorkerLost:
+            self._stop_worker()
+            raise
 
     # -- sessions ------------------------------------------------------------------
     def session(self, deadline: float) -> Session:
         """A fresh child forked from the loaded worker, with the cells' definitions in place."""
-        if self.control is None or self.process is None or self.process.poll() is not None:
-            # The loaded worker itself was killed by an earlier session; start it again.
-            self._stop_worker()
-            self._skip = {o.index: o for o in (self.report.cells if self.report else []) if o.status in ("timeout", "crashed")}
-            self._try_load(time.monotonic() + self.limits.total_budget_s)
+        if not self._zygote_alive():
+            self._reload(deadline)
         assert self.control is not None
         self._sessions += 1
-        _send(self.control, {"op": "fork", "session": self._sessions})
-        conn = self._accept(min(deadline, time.monotonic() + 30))
-        hello = _recv(conn, time.monotonic() + 30)
-        pid = _peer_pid(conn)
-        if hello.get("session") != self._sessions:
-            conn.close()
-            raise WorkerLost("protocol", "unexpected session greeting")
-        return Session(conn, pid, self.limits.call_timeout_s, deadline)
+        try:
+            _send(self.control, {"op": "fork", "session": self._sessions})
+        except OSError as error:
+            self._stop_worker()
+            raise WorkerLost("exited", str(error)) from None
+        limit = min(deadline, time.monotonic() + max(FORK_TIMEOUT_S, self.limits.call_timeout_s))
+        try:
+            while True:
+                conn = self._accept(limit)
+                try:
+                    hello = _recv(conn, limit)
+                except WorkerLost:
+                    conn.close()
+                    raise
+                if hello.get("session") == self._sessions:
+                    break
+                conn.close()  # not the child we asked for: someone else connected
+        except WorkerLost:
+            # The loaded submission did not fork (stopped, hung or dead): start it again next time.
+            self._stop_worker()
+            raise
+        return Session(conn, _peer_pid(conn), self.limits.call_timeout_s, deadline, shared_dir=self.shared_dir)
 
     def output(self) -> tuple[str, int]:
         """What the submission printed (first bytes, on stdout then stderr) and how much in all."""
-        if self.stdout is None or self.stderr is None:
-            return "", 0
-        return self.stdout.text() + self.stderr.text(), self.stdout.total + self.stderr.total
+        limit = self.limits.output_kb << 10
+        out = "".join(o.text() for o, _ in self._captures) + "".join(e.text() for _, e in self._captures)
+        return out[:limit], sum(o.total + e.total for o, e in self._captures)
 
 
 class _CellKilled(Exception):
     def __init__(self, outcome: CellOutcome):
         super().__init__(outcome.status)
         self.outcome = outcome
+
+
+def _parent_of(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return int(stat[stat.rfind(b")") + 2 :].split()[1])
+    except (OSError, ValueError, IndexError):
+        return -1
 
 
 def _peer_pid(conn: socket.socket) -> int:
@@ -359,6 +623,7 @@ class Session:
     call_timeout_s: float
     deadline: float
     alive: bool = True
+    shared_dir: Path | None = None
     _next_id: int = field(default=0)
 
     def call(self, op: str, timeout: float | None = None, **fields: Any) -> Reply:
@@ -369,6 +634,9 @@ class Session:
             self.kill()
             raise BudgetExceeded()
         self._next_id += 1
+        shared = None
+        if op == "attention" and fields.get("device", "cpu") == "cpu" and self.shared_dir is not None:
+            fields, shared = _share_inputs(fields, self.shared_dir)
         message = {"op": op, "id": self._next_id, **fields}
         call_deadline = min(now + (timeout or self.call_timeout_s), self.deadline)
         try:
@@ -377,6 +645,9 @@ class Session:
                 reply = _recv(self.conn, call_deadline)
                 if reply.get("id") == self._next_id:
                     break
+            if shared is not None and reply.get("ok") is True and isinstance(reply.get("value"), dict):
+                # What the judge reads back from its own file, not what the submission says.
+                reply["value"]["input_digests"] = shared.digests()
         except WorkerLost as lost:
             self.kill()
             if lost.reason == "timeout" and time.monotonic() >= self.deadline:
@@ -385,11 +656,13 @@ class Session:
         except OSError as error:
             self.kill()
             raise WorkerLost("exited", str(error)) from None
-        error = reply.get("error")
+        finally:
+            if shared is not None:
+                shared.close()
         return Reply(
-            ok=bool(reply.get("ok")),
+            ok=reply.get("ok") is True,
             value=reply.get("value"),
-            error=error if isinstance(error, dict) else None,
+            error=_clean_error(reply.get("error")),
             state=reply.get("state") if isinstance(reply.get("state"), dict) else None,
         )
 
@@ -411,37 +684,40 @@ class Session:
             self.kill()
 
 
-# -- tensors across the boundary ------------------------------------------------------
+class _SharedInputs:
+    """paged_attention's inputs in a file the session maps shared: in-place writes land here."""
 
-def encode_tensor(tensor: Any) -> dict[str, Any]:
-    import torch
+    def __init__(self, fd: int, path: Path, regions: dict[str, tuple[int, int]]):
+        self.fd, self.path, self.regions = fd, path, regions
 
-    flat = tensor.detach().to("cpu").contiguous().reshape(-1)
-    data = flat.view(torch.uint8).numpy().tobytes()
-    return {"dtype": str(tensor.dtype).replace("torch.", ""), "shape": list(tensor.shape), "data": base64.b64encode(data).decode()}
+    def digests(self) -> dict[str, str]:
+        return {name: hashlib.sha256(os.pread(self.fd, size, offset)).hexdigest() for name, (offset, size) in self.regions.items()}
+
+    def close(self) -> None:
+        os.close(self.fd)
+        try:
+            self.path.unlink()
+        except OSError:
+            pass
 
 
-ALLOWED_DTYPES = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")
-
-
-def decode_tensor(payload: Any) -> Any:
-    """A tensor from an untrusted payload; TypeError when it is not a well-formed one."""
-    import torch
-
-    if not isinstance(payload, dict):
-        raise TypeError("not a tensor payload")
-    dtype_name, shape, data = payload.get("dtype"), payload.get("shape"), payload.get("data")
-    if dtype_name not in ALLOWED_DTYPES or not isinstance(shape, list) or not isinstance(data, str):
-        raise TypeError("malformed tensor payload")
-    if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape) or len(shape) > 8:
-        raise TypeError("malformed tensor shape")
-    dtype = getattr(torch, dtype_name)
-    raw = bytearray(base64.b64decode(data.encode(), validate=True))
-    count = 1
-    for d in shape:
-        count *= d
-    if len(raw) != count * torch.empty(0, dtype=dtype).element_size():
-        raise TypeError("tensor payload size does not match its shape")
-    if count == 0:
-        return torch.empty(shape, dtype=dtype)
-    return torch.frombuffer(raw, dtype=dtype).reshape(shape).clone()
+def _share_inputs(fields: dict[str, Any], directory: Path) -> tuple[dict[str, Any], _SharedInputs | None]:
+    blobs: dict[str, bytes] = {}
+    for name in ATTENTION_INPUTS:
+        payload = fields.get(name)
+        if not isinstance(payload, dict) or not isinstance(payload.get("data"), str):
+            return fields, None
+        blobs[name] = base64.b64decode(payload["data"])
+    layout, regions, offset = {}, {}, 0
+    for name, blob in blobs.items():
+        regions[name] = (offset, len(blob))
+        layout[name] = {"dtype": fields[name]["dtype"], "shape": fields[name]["shape"], "offset": offset}
+        offset += (len(blob) + 63) // 64 * 64
+    if offset == 0:
+        return fields, None
+    path = directory / f"inputs-{secrets.token_hex(8)}"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    for name, blob in blobs.items():
+        os.pwrite(fd, blob, regions[name][0])
+    os.ftruncate(fd, offset)
+    return {**fields, **layout, "shared": {"path": str(path), "size": offset}}, _SharedInputs(fd, path, regions)

@@ -1,33 +1,86 @@
 """The process that runs a submission's code.  Started as a script, never imported by the judge.
 
-    python -I worker.py SOCKET_PATH
+    python -u -s -P worker.py SOCKET_PATH LIFELINE_FD
 
-It runs the notebook's cells once, then waits for "fork" orders; each fork becomes a
-session child that answers operations (call this method, run that function) one at a time
-over its own connection.  It uses only the standard library and torch, and the judge
-trusts nothing it says: every answer is an observation to be checked, never a verdict.
+Three kinds of process come from it, all in one new session started by the judge:
+
+- the *reaper* (the process the judge started): it marks itself a child subreaper, forks the
+  zygote and then only reaps.  Whatever the submission starts and orphans (a daemon, a
+  double fork, a `setsid` child) becomes its child, so the judge finds every process of the
+  submission by walking the reaper's descendants and kills them all at the end;
+- the *zygote*: it caps its own resources, shuts itself in (Landlock, when the kernel has
+  it: no file outside the Python installation and its own work directory, no signal or
+  ptrace to anything outside the sandbox, no TCP), runs the notebook's cells once and then
+  waits for "fork" orders;
+- *session children*, one per order, each answering operations (call this method, run that
+  function) one at a time over its own connection, each shut into a Landlock domain of its
+  own so that it cannot signal the zygote or another session.
+
+It uses only the standard library and torch, and the judge trusts nothing it says: every
+answer is an observation to be checked, never a verdict.  What the judge measures itself
+(whether paged_attention changed its inputs) it reads from memory it shares with the child.
 """
 
+# Bound here, before any cell can reassign them in the builtins module: the worker's own code
+# keeps working whatever a submission does to `builtins`.
+from builtins import (  # noqa: I001, UP029
+    BaseException,
+    EOFError,
+    ImportError,
+    NotImplementedError,
+    TypeError,
+    ValueError,
+    any,
+    bool,
+    bytearray,
+    compile,
+    dict,
+    exec,
+    float,
+    getattr,
+    int,
+    isinstance,
+    len,
+    list,
+    min,
+    repr,
+    set,
+    sorted,
+    str,
+    tuple,
+    type,
+)
 import base64
 import builtins
+import ctypes
 import hashlib
 import json
+import mmap
 import os
 import random
+import resource
+import select
+import signal
 import socket
 import struct
 import sys
+import time
 import traceback
 
 CONTRACT = ("estimate_kv_cache_bytes", "Request", "KVCacheManager", "paged_attention")
 BLOCKED_TOP_LEVEL = ("reference", "student_template", "grader", "notebooks")
 MAX_FRAME = 256 << 20
+MAX_REPLY_TENSOR = 8 << 20  # bytes; the judge refuses replies over 16 MiB, and no correct answer is near
+MAX_INT_BITS = 8192  # a returned int larger than this is described, not sent (JSON and the judge stay small)
+MAX_STR = 1 << 16
 TENSOR_DTYPES = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")
 
 _pack = struct.pack  # bound before any cell runs, so a cell cannot swap the framing out
 _unpack = struct.unpack
 _dumps = json.dumps
 _loads = json.loads
+_exit = os._exit
+_fork = os.fork
 blocked_attempts = []
 
 
@@ -72,21 +125,324 @@ class _BlockAnswerKey:
         return None
 
 
+# --- confinement: resource limits and Landlock -----------------------------------------
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+_libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+PR_SET_NO_NEW_PRIVS = 38
+PR_SET_CHILD_SUBREAPER = 36
+SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_ADD_RULE, SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
+LANDLOCK_RULE_PATH_BENEATH = 1
+
+# Filesystem rights by the Landlock ABI version that introduced them.
+FS_EXECUTE, FS_WRITE_FILE, FS_READ_FILE, FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+FS_ABI1 = (1 << 13) - 1  # execute .. make_sym
+FS_REFER, FS_TRUNCATE, FS_IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
+NET_BIND_TCP, NET_CONNECT_TCP = 1 << 0, 1 << 1
+SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1
+READ_ONLY = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
+FILE_RIGHTS = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV
+
+SYSTEM_READ = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/opt", "/proc", "/sys", "/dev")
+DEVICE_FILES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def landlock_abi():
+    abi = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    return int(abi) if abi > 0 else 0
+
+
+def _handled_fs(abi):
+    handled = FS_ABI1
+    if abi >= 2:
+        handled |= FS_REFER
+    if abi >= 3:
+        handled |= FS_TRUNCATE
+    if abi >= 5:
+        handled |= FS_IOCTL_DEV
+    return handled
+
+
+def _private_entry(name):
+    """An entry of an import directory that belongs to the grader or the answer key."""
+    lowered = name.lower()
+    return lowered.startswith(BLOCKED_TOP_LEVEL) or "paged_attention" in lowered or lowered.startswith("__editable__")
+
+
+def _read_rules():
+    """Paths the submission may read: the Python installation and system files, less the grader.
+
+    An import directory that holds the grader or the answer key (site-packages with the grader
+    installed in it) is never allowed whole: each of its other entries is, one by one, and so
+    are the siblings of every directory on the way down to it.
+    """
+    roots, private = set(), set()
+    libraries = [p for name in ("LD_LIBRARY_PATH", "CUDA_HOME") for p in os.environ.get(name, "").split(os.pathsep) if p]
+    for root in (*SYSTEM_READ, sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable)), *libraries):
+        if os.path.isdir(root):
+            roots.add(os.path.realpath(root))
+    for item in sys.path:
+        if not item or not os.path.isdir(item):
+            continue
+        real = os.path.realpath(item)
+        roots.add(real)
+        try:
+            if any(_private_entry(n) for n in os.listdir(real)):
+                private.add(real)
+        except OSError:
+            continue
+    roots = {r for r in roots if not any(r != o and r.startswith(o + os.sep) for o in roots)}
+    rules = []
+
+    def walk(directory):
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError:
+            return
+        if directory in private:
+            rules.extend(os.path.join(directory, n) for n in names if not _private_entry(n))
+            return
+        for name in names:
+            path = os.path.join(directory, name)
+            real = os.path.realpath(path)
+            if real in private or any(p.startswith(real + os.sep) for p in private):
+                walk(real)
+            else:
+                rules.append(path)
+
+    for root in sorted(roots):
+        if root in private or any(p.startswith(root + os.sep) for p in private):
+            walk(root)
+        else:
+            rules.append(root)
+    return rules
+
+
+def _add_rule(ruleset, path, access, abi):
+    fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    try:
+        if not os.path.isdir(path):
+            access &= FILE_RIGHTS
+        access &= _handled_fs(abi)
+        attr = _PathBeneathAttr(access, fd)
+        if _libc.syscall(SYS_LANDLOCK_ADD_RULE, ruleset, LANDLOCK_RULE_PATH_BENEATH, ctypes.byref(attr), 0) != 0:
+            raise OSError(ctypes.get_errno(), f"landlock_add_rule {path}")
+    finally:
+        os.close(fd)
+
+
+def landlock(writable, shared, extra_devices=()):
+    """Shut this process (and all it forks) in; returns the ABI used, or 0 without Landlock."""
+    abi = landlock_abi()
+    if abi <= 0:
+        return 0
+    attr = _RulesetAttr(_handled_fs(abi), (NET_BIND_TCP | NET_CONNECT_TCP) if abi >= 4 else 0, (SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL) if abi >= 6 else 0)
+    size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else 16 if abi >= 4 else 8
+    ruleset = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    if ruleset < 0:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset")
+    try:
+        for path in _read_rules():
+            try:
+                _add_rule(ruleset, path, READ_ONLY, abi)
+            except OSError:
+                continue  # a dangling link, a file that vanished: it is simply not allowed
+        for path in DEVICE_FILES + tuple(extra_devices):
+            if os.path.exists(path):
+                _add_rule(ruleset, path, FS_READ_FILE | FS_WRITE_FILE | FS_IOCTL_DEV, abi)
+        for path in shared:  # files the judge shares (the inputs of paged_attention): read and write, never create or delete
+            _add_rule(ruleset, path, FS_READ_FILE | FS_WRITE_FILE | FS_READ_DIR, abi)
+        for path in writable:
+            _add_rule(ruleset, path, _handled_fs(abi), abi)
+        if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(NO_NEW_PRIVS)")
+        if _libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0) != 0:
+            raise OSError(ctypes.get_errno(), "landlock_restrict_self")
+    finally:
+        os.close(ruleset)
+    return abi
+
+
+def scope_session():
+    """A nested domain for a session child: it can no longer signal the zygote or its siblings."""
+    abi = landlock_abi()
+    if abi < 6:
+        return
+    attr = _RulesetAttr(0, 0, SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL)
+    ruleset = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(_RulesetAttr)), ctypes.c_uint32(0))
+    if ruleset >= 0:
+        _libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0)
+        os.close(ruleset)
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def drop_capabilities():
+    """Give up every capability, for good (the bounding set too, so exec cannot bring them back).
+
+    A judge running as root would otherwise hand root's powers to the submission: raising its
+    own memory cap (CAP_SYS_RESOURCE), raw sockets, mounts.  Returns False if some remain.
+    """
+    PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
+    for cap in range(64):
+        if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() == 22:  # EINVAL: no such cap
+            break
+    _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
+    data = (_CapData * 2)()
+    _libc.capset(ctypes.byref(header), data)
+    with open("/proc/self/status") as f:
+        caps = {line.split(":")[0]: int(line.split(":")[1], 16) for line in f if line.startswith("Cap")}
+    return caps.get("CapEff", 1) == 0 and caps.get("CapPrm", 1) == 0 and caps.get("CapBnd", 1) == 0
+
+
+def apply_limits(limits):
+    """Resource caps of the zygote and everything it forks, set before any cell runs."""
+    memory_mb = limits.get("memory_mb")
+    if memory_mb:
+        resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
+    fsize = limits.get("file_mb")
+    if fsize:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize << 20, fsize << 20))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def confine(load):
+    """Limits, then Landlock.  Returns what the judge is told (before any cell runs, so it is true)."""
+    apply_limits(load.get("limits") or {})
+    devices = []
+    if load.get("cuda"):
+        devices = [os.path.join("/dev", n) for n in os.listdir("/dev") if n.startswith("nvidia")]
+    report = {"landlock": 0}
+    if load.get("landlock") is False:  # switched off by the instructor (PA_GRADER_LANDLOCK=0)
+        report["error"] = "switched off"
+    else:
+        try:
+            report["landlock"] = landlock([load["workdir"]], [load["shared"]] if load.get("shared") else [], devices)
+        except OSError as error:
+            report["error"] = _safe_str(error)[:300]
+    report["capabilities_dropped"] = drop_capabilities()
+    return report
+
+
+def descendants(root):
+    """Every live process below `root` (its children, theirs, ...), read from /proc."""
+    children = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 1 and fields[0] != b"Z":
+            children.setdefault(int(fields[1]), []).append(int(name))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _kill_below_and_exit(leftovers=None):
+    for _round in range(200):
+        below = descendants(os.getpid())
+        if not below:
+            break
+        for pid in below:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    if leftovers:  # the judge died before it could remove its private directory
+        import shutil
+
+        shutil.rmtree(leftovers, ignore_errors=True)
+    _exit(0)
+
+
+def become_reaper(lifeline, private_dir):
+    """Split into the reaper (this process, which never returns) and the zygote (which returns).
+
+    `lifeline` is the read end of a pipe whose write end only the judge holds: when the judge
+    goes away, however it dies, the reaper sees end-of-file, kills everything below itself
+    and exits, removing the judge's private directory (the one holding the socket).
+    """
+    _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    zygote = _fork()
+    if zygote == 0:
+        if lifeline is not None:
+            os.close(lifeline)
+        return
+    # The reaper runs no submission code.  It ignores what a terminal or a process-group
+    # kill would send it, and exits when nothing is left below it.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, signal.SIG_IGN)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.closerange(3, lifeline if lifeline is not None else 1 << 16)
+    if lifeline is not None:
+        os.closerange(lifeline + 1, 1 << 16)
+    status = 0
+    while True:
+        if lifeline is not None:
+            ready, _, _ = select.select([lifeline], [], [], 0.25)
+            if ready and not os.read(lifeline, 1):
+                _kill_below_and_exit(private_dir)
+        else:
+            time.sleep(0.25)
+        while True:
+            try:
+                pid, code = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                _exit(status)
+            if pid == 0:
+                break
+            if pid == zygote:
+                status = os.waitstatus_to_exitcode(code) & 0xFF
+
+
 # --- errors and plain data -------------------------------------------------------------
 
 def describe_error(error):
-    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename.startswith("<cell")]
+    try:
+        frames = [f for f in traceback.extract_tb(error.__traceback__) if str(f.filename).startswith("<cell")]
+        shown = "".join(traceback.format_list(frames[-6:]))[-4000:]
+    except BaseException:
+        shown = ""
     return {
-        "type": type(error).__name__,
+        "type": _safe_str(type.__dict__["__name__"].__get__(type(error)))[:200],
         "message": _safe_str(error)[:2000],
         "not_implemented": isinstance(error, NotImplementedError),
-        "traceback": "".join(traceback.format_list(frames[-6:]))[-4000:],
+        "rejected_return": isinstance(error, ReturnRejected),
+        "traceback": shown,
     }
 
 
 def _safe_str(value):
     try:
-        return str(value)
+        text = str(value)
+        return text if type(text) is str else f"<unprintable {type(value).__name__}>"
     except BaseException:  # a hostile __str__ must not take the worker down
         return f"<unprintable {type(value).__name__}>"
 
@@ -94,15 +450,19 @@ def _safe_str(value):
 def plain(value, depth=0):
     """Turn a returned object into JSON data; anything that is not plain data is described."""
     kind = type(value)
-    if value is None or kind in (bool, int, str):
+    if value is None or kind is bool:
         return value
+    if kind is int:
+        return value if value.bit_length() <= MAX_INT_BITS else {"__object__": "builtins.int", "repr": f"<int of {value.bit_length()} bits>"}
+    if kind is str:
+        return value if len(value) <= MAX_STR else {"__object__": "builtins.str", "repr": value[:200] + "..."}
     if kind is float:
         return value if value == value and value not in (float("inf"), float("-inf")) else {"__float__": repr(value)}
     if depth < 4 and kind is dict:
-        return {"__dict__": [[plain(k, depth + 1), plain(v, depth + 1)] for k, v in list(value.items())[:64]]}
+        return {"__dict__": [[plain(k, depth + 1), plain(v, depth + 1)] for k, v in list(dict.items(value))[:64]]}
     if depth < 4 and kind in (list, tuple):
         return {"__" + kind.__name__ + "__": [plain(v, depth + 1) for v in list(value)[:4096]]}
-    return {"__object__": kind.__module__ + "." + kind.__qualname__, "repr": _safe_str(value)[:200]}
+    return {"__object__": _safe_str(kind.__module__) + "." + _safe_str(kind.__qualname__), "repr": _safe_str(value)[:200]}
 
 
 def int_list(value, what):
@@ -118,27 +478,57 @@ def int_list(value, what):
 
 # --- tensors -------------------------------------------------------------------------
 
-def tensor_from(payload, device="cpu"):
+class SharedInputs:
+    """The judge's file of input tensors, mapped shared: what the submission writes, the judge sees."""
+
+    def __init__(self, spec):
+        fd = os.open(spec["path"], os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            self.map = mmap.mmap(fd, spec["size"], mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+
+    def tensor(self, payload):
+        import torch
+
+        dtype = getattr(torch, payload["dtype"])
+        count = 1
+        for d in payload["shape"]:
+            count *= d
+        if count == 0:
+            return torch.empty(payload["shape"], dtype=dtype)
+        return torch.frombuffer(self.map, dtype=dtype, count=count, offset=payload["offset"]).view(payload["shape"])
+
+
+def tensor_from(payload, device="cpu", shared=None):
     import torch
 
+    if shared is not None and "offset" in payload:
+        return shared.tensor(payload)
     dtype = getattr(torch, payload["dtype"])
     raw = bytearray(base64.b64decode(payload["data"]))
     flat = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
     return flat.reshape(payload["shape"]).clone().to(device)
 
 
+class ReturnRejected(Exception):
+    """A returned value this worker will not send (wrong kind, too large): the student's answer, not their crash."""
+
+
 def tensor_payload(value):
     import torch
 
     if not isinstance(value, torch.Tensor):
-        raise TypeError(f"expected a torch.Tensor, got {type(value).__name__}")
+        raise ReturnRejected(f"expected a torch.Tensor, got {type(value).__name__}")
     if type(value) is not torch.Tensor:
         with torch._C.DisableTorchFunction():
             value = torch.Tensor.as_subclass(value, torch.Tensor)
     dtype = str(value.dtype).replace("torch.", "")
     meta = {"dtype": dtype, "shape": list(value.shape), "device": value.device.type}
     if dtype not in TENSOR_DTYPES:
-        raise TypeError(f"unsupported dtype {dtype}")
+        raise ReturnRejected(f"unsupported dtype {dtype}")
+    if value.numel() * value.element_size() > MAX_REPLY_TENSOR:
+        raise ReturnRejected(f"the returned tensor is too large ({list(value.shape)}, {dtype})")
     data = value.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
     meta["data"] = base64.b64encode(data).decode()
     return meta
@@ -222,14 +612,17 @@ class Session:
         import torch
 
         device = msg.get("device", "cpu")
+        shared = SharedInputs(msg["shared"]) if msg.get("shared") else None
         names = ("query", "key_cache", "value_cache", "block_tables", "seq_lens")
-        inputs = {name: tensor_from(msg[name], device) for name in names}
+        inputs = {name: tensor_from(msg[name], device, shared) for name in names}
         kwargs = dict(inputs)
         if msg.get("scale") is not None:
             kwargs["scale"] = msg["scale"]
         out = self.ns["paged_attention"](**kwargs)
         if device == "cuda":
             torch.cuda.synchronize()
+        # With shared inputs the judge reads the digests from the shared file itself; these
+        # are for the CUDA path only, where the inputs are copies on the device.
         return {"output": tensor_payload(out), "input_digests": {name: digest(t) for name, t in inputs.items()}}
 
     def serve(self, sock):
@@ -249,7 +642,11 @@ class Session:
                     reply["state"] = self.snapshot(msg["snapshot"])
                 except BaseException as error:
                     reply["state_error"] = describe_error(error)
-            send(sock, reply)
+            try:
+                data = _dumps(reply, allow_nan=True).encode()
+            except BaseException as error:  # a value JSON cannot carry: say so instead of dying
+                data = _dumps({"id": msg.get("id"), "ok": False, "error": describe_error(error)}).encode()
+            sock.sendall(_pack(">I", len(data)) + data)
 
 
 def _plain_int(value, what):
@@ -285,12 +682,16 @@ def describe_names(namespace):
     for name in CONTRACT:
         if name not in namespace:
             continue
-        obj = namespace[name]
         try:
-            signature = str(inspect.signature(obj))
-        except (TypeError, ValueError):
+            obj = namespace[name]
+            kind = "class" if isinstance(obj, type) else _safe_str(type(obj).__name__)
+        except BaseException:
+            continue
+        try:
+            signature = _safe_str(inspect.signature(obj))[:500]
+        except BaseException:  # no signature, or a hostile __signature__
             signature = None
-        found[name] = {"kind": "class" if isinstance(obj, type) else type(obj).__name__, "signature": signature}
+        found[name] = {"kind": kind, "signature": signature}
     return found
 
 
@@ -303,13 +704,15 @@ def reseed():
         sys.modules["numpy"].random.seed(0)
 
 
-def main(path):
+def main(path, lifeline=None):
+    become_reaper(lifeline, os.path.dirname(path))
     sys.meta_path.insert(0, _BlockAnswerKey())
     import torch
 
     torch.set_num_threads(1)  # small tensors; one thread also keeps fork() safe
     control = connect(path)
     load = recv(control)
+    send(control, {"event": "confined", **confine(load)})
     namespace = {"__name__": "__main__", "__builtins__": builtins}
     reseed()
     run_cells(control, [(c["index"], c["source"]) for c in load["cells"]], namespace)
@@ -322,28 +725,30 @@ def main(path):
             "cuda_initialized": bool(torch.cuda.is_initialized()),
         },
     )
-    import signal
-
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # forked sessions are reaped automatically
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGALRM, signal.SIGVTALRM, signal.SIGPROF):
+        signal.signal(sig, signal.SIG_DFL)  # whatever a cell installed
+    signal.setitimer(signal.ITIMER_REAL, 0)
     while True:
         order = recv(control)
         if order.get("op") != "fork":
             return
-        if os.fork() == 0:
-            control.close()
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        if _fork() == 0:
             try:
+                control.close()
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                scope_session()
                 reseed()
                 session_sock = connect(path)
                 send(session_sock, {"event": "hello", "session": order.get("session")})
                 Session(namespace).serve(session_sock)
             finally:
-                os._exit(0)
+                _exit(0)
 
 
 if __name__ == "__main__":
     try:
-        main(sys.argv[1])
+        main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else None)
     except (EOFError, BrokenPipeError, ConnectionError):
         pass
-    os._exit(0)
+    _exit(0)

@@ -1,0 +1,383 @@
+"""Hostile submissions (tests/corpus/hostile/): exits, hangs, resource bombs, forgery, cheating.
+
+Each file's first line says what it does and what to expect; EXPECT below holds the same in
+checkable form.  Every case must end in a scorecard with concrete outcomes, within a time
+bound, with nothing of the submission left running and no file written outside the grader's
+private directory, and the judge (this process) healthy afterwards.
+
+The cases are graded with tightened limits, as an instructor would tighten them
+(call 2 s, item 8 s, cell 5 s, total 60 s), and fewer hypothesis examples.  Time bound per
+case on a 2-core machine: 30 s, 40-45 s for the cases that wait out several timeouts
+(Expect.seconds); the whole file runs in about two minutes.  (A notebook case carries its
+header on the first line of its first cell.)
+
+Cases that need the kernel's help (Landlock) to be safe to run are skipped without it:
+kill_judge.ipynb would kill this very process, the forge_fake_output cases would write into
+/tmp and the working directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import re
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from grader.config import Config, load_config
+from grader.grade import grade_path
+from grader.results import GradeResult
+from grader.sandbox.client import descendants, isolation
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+HOSTILE = ROOT / "tests" / "corpus" / "hostile"
+ISOLATION = isolation()
+needs_files = pytest.mark.skipif(not ISOLATION["files"], reason="needs Landlock (Linux 5.13+) to confine file access")
+needs_signals = pytest.mark.skipif(not ISOLATION["signals"], reason="needs Landlock signal scoping (Linux 6.12+)")
+MARKERS = ("4242.4242", "4243.4243", "4244.4244")  # the sleeps hang_orphans.py leaves behind
+
+
+def fast_config() -> Config:
+    config = load_config()
+    limits = dataclasses.replace(config.limits, call_timeout_s=2, item_budget_s=8, cell_timeout_s=5, total_budget_s=60)
+    hypothesis = dataclasses.replace(config.hypothesis, max_examples=20, stateful_examples=10, attention_examples=8)
+    return dataclasses.replace(config, limits=limits, hypothesis=hypothesis)
+
+
+CONFIG = fast_config()
+CPU_ITEMS = [item for item in CONFIG.items if item.device == "cpu"]
+CPU_IDS = {item.id for item in CPU_ITEMS}
+TODO = {n: [i.id for i in CPU_ITEMS if i.todo == n] for n in ("todo1", "todo2", "todo3", "todo4", "todo5")}
+KEYWORDS = {  # a failure of this kind says so in both languages (one of these pairs)
+    "crashed": (("退出或崩溃", "exit or crash"), ("数据过大", "too large"), ("干扰", "interfered")),
+    "timeout": (("没有返回", "without returning"),),
+    "integrity": (("不计分", "no credit"),),
+    "missing": (("没有找到", "not defined"),),
+}
+
+
+@dataclass
+class Expect:
+    failed: dict[str, tuple[str, ...]] = field(default_factory=dict)  # item id -> the failure kinds allowed
+    cells: dict[int, str] = field(default_factory=dict)  # cell index -> status
+    cell_types: dict[int, str] = field(default_factory=dict)  # cell index -> error type
+    flagged: bool = False
+    seconds: float = 30.0  # bound on this 2-core machine with CONFIG's limits
+    words: dict[str, str | tuple[str, str]] = field(default_factory=dict)  # item id -> a word its messages hold (zh, en)
+
+
+def fail(ids: list[str], *kinds: str) -> dict[str, tuple[str, ...]]:
+    return dict.fromkeys(ids, kinds)
+
+
+EVERYTHING = [i.id for i in CPU_ITEMS]
+SCALED = ["todo5.scale_and_stability", "todo5.inputs_unchanged"]  # the todo5 items that pass a scale
+
+EXPECT: dict[str, Expect] = {
+    "exit_in_cells.py": Expect(cells={2: "error", 3: "error", 4: "error"}, cell_types={2: "SystemExit", 3: "KeyboardInterrupt", 4: "Escape"}),
+    "exit_os_exit_cell.py": Expect(cells={2: "crashed", 3: "ok"}),
+    "exit_os_exit_in_decode.py": Expect(failed=fail(TODO["todo3"], "crashed")),
+    "exit_sys_exit_in_ledger.py": Expect(
+        failed={"todo1.per_token": ("error",), "todo1.per_block_and_total": ("error",), "todo1.rejects_nonpositive": ("wrong",)},
+        words={"todo1.per_token": "SystemExit", "todo1.rejects_nonpositive": "SystemExit"},
+    ),
+    "exit_in_methods.ipynb": Expect(
+        failed=fail(TODO["todo4"] + TODO["todo5"], "error"),
+        cells={2: "error", 3: "ok"},
+        cell_types={2: "KeyboardInterrupt"},
+        words={"todo4.table_order": "KeyboardInterrupt", "todo5.gqa": "Bail"},
+    ),
+    "hang_loop_cell.py": Expect(cells={2: "timeout", 3: "ok"}),
+    "hang_loop_in_prefill.py": Expect(failed=fail(TODO["todo2"], "timeout"), seconds=40),
+    "hang_sleep_in_attention.py": Expect(failed=fail(TODO["todo5"], "timeout"), seconds=45),
+    "hang_deadlock.py": Expect(failed=fail(TODO["todo4"], "timeout"), seconds=40),
+    "hang_threads_left_running.py": Expect(),
+    "hang_orphans.py": Expect(),
+    "resource_big_alloc.py": Expect(
+        failed=fail(TODO["todo5"], "error"),
+        cells={2: "error", 3: "error", 4: "error", 5: "error"},
+        cell_types={2: "MemoryError", 3: "RuntimeError", 4: "ValueError", 5: "MemoryError"},
+    ),
+    "resource_recursion.py": Expect(
+        failed={**fail(TODO["todo2"], "timeout", "crashed", "error"), **fail(TODO["todo4"], "error")},
+        cells={2: "crashed"},
+        words={"todo4.truncate": "RecursionError"},
+        seconds=45,
+    ),
+    "resource_output_flood.py": Expect(),
+    "resource_giant_tensor.py": Expect(failed=fail(TODO["todo4"] + TODO["todo5"], "wrong"), words={"todo5.mha_fp32": "too large"}),
+    "forge_fake_output.py": Expect(),
+    "forge_fake_output_buggy.py": Expect(failed=fail(["todo1.per_token", "todo1.per_block_and_total"], "wrong")),
+    "forge_monkeypatch.py": Expect(failed=fail(["todo5.mha_fp32", "todo5.gqa", "todo5.paging", "todo5.low_precision"], "wrong")),
+    "forge_lying_digests.py": Expect(failed=fail(["todo5.inputs_unchanged"], "wrong"), words={"todo5.inputs_unchanged": "key_cache"}),
+    "forge_lying_objects.py": Expect(failed=fail(["todo1.per_token", "todo1.per_block_and_total", "todo4.table_order"], "wrong")),
+    "forge_protocol.py": Expect(
+        failed=fail(TODO["todo1"], "crashed"), cells={2: "crashed", 3: "crashed", 4: "crashed", 5: "ok"}, words={"todo1.per_token": ("过大", "too large")}
+    ),
+    "fd_tamper.py": Expect(failed=fail(TODO["todo4"], "crashed"), cells={2: "crashed"}),
+    "kill_judge.ipynb": Expect(cells={2: "error", 3: "error", 4: "crashed", 5: "ok"}, cell_types={2: "PermissionError", 3: "PermissionError"}),
+    "cheat_import_reference.py": Expect(failed=fail(EVERYTHING, "missing"), flagged=True, cells={1: "error"}, cell_types={1: "ImportError"}),
+    "cheat_import_grader.py": Expect(failed=fail(EVERYTHING, "integrity"), flagged=True),
+    "cheat_obfuscated.py": Expect(failed=fail(EVERYTHING, "missing", "integrity"), flagged=True),  # integrity: read the key (no Landlock)
+}
+CASES = sorted(EXPECT)
+NEEDS_FILES = ("forge_fake_output.py", "forge_fake_output_buggy.py")  # they write wherever they can
+
+
+def _marked_processes(marker: str) -> list[int]:
+    """Processes whose command line or environment mentions `marker`."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                cmdline = f.read()
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                environ = f.read()
+        except OSError:
+            continue
+        if marker.encode() in cmdline or marker.encode() in environ:
+            found.append(int(entry.name))
+    return found
+
+
+@dataclass
+class Graded:
+    result: GradeResult
+    seconds: float
+    leftovers: list[int]  # processes of the submission still alive after grading
+    children: list[int]  # processes this process started that are still there
+    private_dirs: list[str]  # what grading left in its temporary directory
+    maxrss_growth_mb: float
+
+
+@functools.cache
+def graded(name: str) -> Graded:
+    """Grade once per session, in a temporary directory of its own (tempfile.tempdir)."""
+    private = Path(tempfile.mkdtemp(prefix="hostile-"))
+    before_children = set(descendants(os.getpid()))
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    saved, tempfile.tempdir = tempfile.tempdir, str(private)
+    try:
+        started = time.monotonic()
+        result = grade_path(HOSTILE / name, CONFIG, "cpu")
+        seconds = time.monotonic() - started
+    finally:
+        tempfile.tempdir = saved
+    time.sleep(0.2)  # a process killed a moment ago may still be on its way out
+    leftovers = _marked_processes(str(private)) + [p for m in MARKERS for p in _marked_processes(m)]
+    children = sorted(set(descendants(os.getpid())) - before_children)
+    left = sorted(p.name for p in private.iterdir())
+    if not left:
+        private.rmdir()
+    growth = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 1024
+    return Graded(result, seconds, leftovers, children, left, growth)
+
+
+def expected_score(expect: Expect) -> float:
+    passed = sum(i.weight for i in CPU_ITEMS if i.id not in expect.failed)
+    return round(100.0 * passed / sum(i.weight for i in CPU_ITEMS), 2)
+
+
+def test_every_case_has_a_header_and_an_expectation() -> None:
+    files = sorted(p.name for p in HOSTILE.iterdir() if not p.name.startswith("input_"))
+    assert files == CASES
+    for path in HOSTILE.iterdir():
+        first = path.read_bytes().split(b"\n", 1)[0].decode(errors="replace")
+        if path.suffix == ".ipynb" and not path.name.startswith("input_not_json"):
+            notebook = json.loads(path.read_text())
+            cells = notebook["cells"] if "cells" in notebook else notebook["worksheets"][0]["cells"]
+            source = cells[0].get("source", cells[0].get("input"))
+            first = ("".join(source) if isinstance(source, list) else source).split("\n", 1)[0]
+        assert first.startswith("# hostile: ") and "expect" in first, path.name
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_hostile_case(name: str) -> None:
+    if name == "kill_judge.ipynb" and not ISOLATION["signals"]:
+        pytest.skip("without Landlock signal scoping this submission would kill the test run itself")
+    if name in NEEDS_FILES and not ISOLATION["files"]:
+        pytest.skip("without Landlock this submission would write into /tmp and the judge's directory")
+    expect = EXPECT[name]
+    run = graded(name)
+    result = run.result
+    assert result.error is None, result.error
+    outcome = {i.id: (i.status, i.failure.kind if i.failure else "") for i in result.items}
+    for item in result.items:
+        if item.id not in CPU_IDS:
+            assert item.status == "not_run"
+            continue
+        if item.id in expect.failed:
+            assert item.status == "failed", (item.id, outcome)
+            assert item.failure is not None and item.failure.kind in expect.failed[item.id], (item.id, item.failure)
+            message = item.failure.message
+            assert message.zh and message.en and message.zh != message.en
+            pairs = KEYWORDS.get(item.failure.kind, (("", ""),))
+            assert any(zh in message.zh and en in message.en for zh, en in pairs), message
+            if item.id in expect.words:
+                word = expect.words[item.id]
+                zh, en = word if isinstance(word, tuple) else (word, word)
+                assert en in message.en, message.en
+                assert zh in message.zh, message.zh
+        else:
+            assert item.status == "passed", (item.id, item.failure)
+    if not expect.flagged:
+        assert result.score == expected_score(expect), outcome
+    else:
+        assert result.score == 0
+        assert result.flags and all(f.zh and f.en and f.zh != f.en for f in result.flags)
+    if not expect.flagged:
+        assert result.flags == [], [f.en for f in result.flags]
+    cells = {c.index: c for c in result.cells}
+    for index, status in expect.cells.items():
+        assert cells[index].status == status, (index, cells[index])
+    for index, error_type in expect.cell_types.items():
+        assert cells[index].error_type == error_type, (index, cells[index])
+    for index, cell in cells.items():
+        if index not in expect.cells:
+            assert cell.status == "ok", cell
+    assert run.seconds < expect.seconds, f"{name} took {run.seconds:.1f} s"
+    assert run.leftovers == [], f"still running after grading: {run.leftovers}"
+    assert run.children == [], f"children of the judge left behind: {run.children}"
+    assert run.private_dirs == [], f"left in the temporary directory: {run.private_dirs}"
+
+
+def test_output_flood_is_counted_not_kept() -> None:
+    result = graded("resource_output_flood.py").result
+    assert result.output_bytes >= 40 << 20
+    assert len(result.output_excerpt) <= CONFIG.limits.output_kb << 10
+
+
+def test_giant_tensor_does_not_reach_the_judge() -> None:
+    run = graded("resource_giant_tensor.py")
+    assert run.maxrss_growth_mb < 300, f"the judge grew by {run.maxrss_growth_mb:.0f} MB"
+
+
+@needs_files
+def test_fake_lines_reach_only_the_excerpt() -> None:
+    result = graded("forge_fake_output.py").result
+    assert result.score == 100
+    assert "Score: 100 / 100" in result.output_excerpt  # printed, kept as the submission's output, and nothing more
+
+
+@needs_files
+def test_forgery_cannot_write_outside_its_directory() -> None:
+    excerpt = graded("forge_fake_output.py").result.output_excerpt
+    for folder in ("..", "../..", "/tmp"):
+        for name in ("results.json", "scorecard.json", "grader.py"):
+            assert f"blocked: {folder} {name} PermissionError" in excerpt
+    assert "blocked: the judge's directory PermissionError" in excerpt
+    assert not (Path.cwd() / "scorecard.json").exists()
+
+
+@needs_files
+def test_obfuscated_cheat_reaches_nothing() -> None:
+    result = graded("cheat_obfuscated.py").result
+    assert "ANSWER KEY NOT REACHABLE" in result.output_excerpt
+    assert any("meta_path" in f.en for f in result.flags)
+
+
+def test_runtime_import_is_refused_and_flagged() -> None:
+    for name in ("cheat_import_reference.py", "cheat_import_grader.py"):
+        result = graded(name).result
+        assert any("at run time" in f.en and "运行时" in f.zh for f in result.flags), [f.en for f in result.flags]
+
+
+def test_lying_objects_get_no_points_for_the_lie() -> None:
+    items = {i.id: i for i in graded("forge_lying_objects.py").result.items}
+    assert "exact int" in items["todo1.per_token"].failure.message.en
+    assert "block-table order" in items["todo4.table_order"].failure.message.en
+
+
+def test_judge_stays_healthy() -> None:
+    """After every hostile case: no stray thread or descriptor, and a correct submission still scores 100."""
+    for name in CASES:
+        if (name != "kill_judge.ipynb" or ISOLATION["signals"]) and (name not in NEEDS_FILES or ISOLATION["files"]):
+            graded(name)
+    threads = {t.name for t in threading.enumerate() if t.is_alive()}
+    assert not [t for t in threads if t.startswith("pa-grade")], threads
+    fds_before = len(os.listdir("/proc/self/fd"))
+    result = grade_path(ROOT / "reference" / "paged_attention.py", CONFIG, "cpu")
+    assert result.score == 100
+    assert len(os.listdir("/proc/self/fd")) <= fds_before
+    assert not [t for t in threading.enumerate() if t.name.startswith("pa-grade")]
+
+
+def _cli(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "grader", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _cli_env(tmp: Path) -> dict[str, str]:
+    return {**os.environ, "TMPDIR": str(tmp), "PYTHONPATH": str(ROOT)}
+
+
+@needs_files
+def test_cli_writes_only_its_output(tmp_path: Path) -> None:
+    """Grading from a scratch directory leaves only the --json file there and nothing in the parent."""
+    cwd, tmp = tmp_path / "cwd", tmp_path / "tmp"
+    cwd.mkdir()
+    tmp.mkdir()
+    before_parent = sorted(p.name for p in tmp_path.iterdir())
+    proc = _cli("grade", str(HOSTILE / "forge_fake_output.py"), "--json", "out/results.json", "--lang", "en", cwd=cwd, env=_cli_env(tmp))
+    stdout, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    # The judge prints one score line, the genuine one; the submission's fake lines are not printed.
+    assert [line for line in stdout.splitlines() if line.startswith("Score:")] == [f"Score: 100 / 100   ({HOSTILE / 'forge_fake_output.py'})"]
+    assert json.loads((cwd / "out" / "results.json").read_text())["score"] == 100
+    assert sorted(str(p.relative_to(cwd)) for p in cwd.rglob("*")) == ["out", "out/results.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == before_parent
+    assert list(tmp.iterdir()) == [], "the private directory was not removed"
+
+
+def test_killing_the_judge_kills_the_submission(tmp_path: Path) -> None:
+    """SIGKILL the grader mid-grading: the worker's reaper takes everything down and cleans up."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = _cli("grade", str(HOSTILE / "hang_orphans.py"), "--lang", "en", cwd=tmp_path, env=_cli_env(tmp))
+    try:
+        deadline = time.monotonic() + 60
+        while not any(p for m in MARKERS[:2] for p in _marked_processes(m)):  # the cell's orphans exist
+            assert time.monotonic() < deadline, "the submission never started"
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.1)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.communicate()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        alive = _marked_processes(str(tmp)) + [p for m in MARKERS for p in _marked_processes(m)]
+        if not alive and not list(tmp.iterdir()):
+            break
+        time.sleep(0.2)
+    assert _marked_processes(str(tmp)) == []
+    assert [p for m in MARKERS for p in _marked_processes(m)] == []
+    assert list(tmp.iterdir()) == [], "the reaper should remove the private directory"
+
+
+def test_messages_name_the_limit() -> None:
+    items = {i.id: i for i in graded("hang_loop_in_prefill.py").result.items}
+    failure = items["todo2.block_count"].failure
+    assert re.search(r"\b2 s\b", failure.message.en) and "2 秒" in failure.message.zh
+    assert "allocate_for_prefill" in failure.repro

@@ -1,0 +1,94 @@
+"""The installed grader holds no answer key: build the wheel (offline) and look inside it.
+
+A student may read whatever the grading machine has installed, so the wheel must carry the
+grader only: not reference/, student_template/, the notebooks or their single source, and no
+solution code under another name.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from tests.conftest import ROOT
+
+# Lines only the solution has (the template leaves these to the student).
+DISTINCTIVE = (
+    "repeat_interleave(group",
+    "self.free_blocks.pop(0)",
+    "del self.free_blocks[:needed]",
+    "needed = math.ceil(req.seq_len / self.block_size)",
+    "kv_bytes_per_token = 2 * num_layers * num_kv_heads * head_dim * dtype_bytes",
+    "torch.cat(ordered, dim=0)[: req.seq_len]",
+)
+
+
+def _solution_only_lines() -> list[str]:
+    template = {line.strip() for line in (ROOT / "student_template" / "paged_attention.py").read_text().splitlines()}
+    lines = []
+    for line in (ROOT / "reference" / "paged_attention.py").read_text().splitlines():
+        text = line.strip()
+        if len(text) >= 25 and not text.startswith("#") and text not in template:
+            lines.append(text)
+    return lines
+
+
+def _project_files() -> list[str]:
+    """What a clean checkout (plus files not yet committed, minus ignored ones) holds."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    return [name for name in listed.split("\0") if name and (ROOT / name).is_file()]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
+    if shutil.which("git") is None:
+        pytest.skip("git is needed to list the project's files")
+    work = tmp_path_factory.mktemp("wheel")
+    source = work / "src"
+    for name in _project_files():
+        target = source / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, target)
+    env = {**os.environ, "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet", "-w", str(work / "dist"), str(source)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    built = sorted((work / "dist").glob("*.whl"))
+    assert len(built) == 1, built
+    return zipfile.ZipFile(built[0])
+
+
+def test_wheel_holds_the_grader_and_nothing_of_the_exercise(wheel: zipfile.ZipFile) -> None:
+    names = wheel.namelist()
+    assert "grader/__init__.py" in names and "grader/config.toml" in names
+    assert "grader/sandbox/worker.py" in names
+    top = {name.split("/")[0] for name in names}
+    assert not top & {"reference", "student_template", "notebooks", "tests"}, sorted(top)
+    assert not [n for n in names if n.endswith(".ipynb") or "/source/" in n or "solution" in n.lower()]
+
+
+def test_wheel_contains_no_solution_code(wheel: zipfile.ZipFile) -> None:
+    solution = _solution_only_lines()
+    assert len(solution) >= 10  # the comparison means something
+    for name in wheel.namelist():
+        text = wheel.read(name).decode("utf-8", errors="replace")
+        for needle in DISTINCTIVE:
+            assert needle not in text, f"{name} contains solution code: {needle!r}"
+        shared = [line for line in solution if line in text]
+        # A few generic lines ("for i in range(num_seqs):") may coincide; a copy would share most.
+        assert len(shared) <= max(3, len(solution) // 8), f"{name} shares solution lines: {shared}"
