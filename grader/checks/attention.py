@@ -14,16 +14,16 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import torch
+import numpy as np
 from hypothesis import given, seed
 from hypothesis import strategies as st
 
+from grader.checks.arrays import Array, decode, from_float32, round_to
 from grader.checks.base import ItemContext, hypothesis_settings, run_until_failure, student_error
 from grader.results import Failure
-from grader.sandbox.client import decode_tensor, encode_tensor
 
 LABEL = "TODO 5"
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DTYPES = ("float32", "float16", "bfloat16")
 TOLERANCE_FLOOR = {"float32": 2e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
 TOLERANCE_MARGIN = 4.0
 
@@ -109,68 +109,80 @@ def cases(
     )
 
 
-def make_inputs(case: Case) -> dict[str, torch.Tensor]:
-    dtype = DTYPES[case.dtype]
-    gen = torch.Generator().manual_seed(case.seed)
+def make_inputs(case: Case) -> dict[str, Array]:
+    """The case's inputs, exactly as the reproduction's code makes them with numpy and torch."""
+    rng = np.random.default_rng(case.seed)
     num_seqs = len(case.seq_lens)
-    query = (torch.randn(num_seqs, case.num_heads, case.head_dim, generator=gen) * case.boost).to(dtype)
+    query = rng.standard_normal((num_seqs, case.num_heads, case.head_dim), dtype=np.float32) * case.boost
     shape = (case.num_blocks, case.block_size, case.num_kv_heads, case.head_dim)
-    key_cache = torch.randn(shape, generator=gen).to(dtype)
-    value_cache = torch.randn(shape, generator=gen).to(dtype)
+    key_cache = rng.standard_normal(shape, dtype=np.float32)
+    value_cache = rng.standard_normal(shape, dtype=np.float32)
     for cache in (key_cache, value_cache):
         for block in case.poisoned:
-            cache[block] = float("nan")
+            cache[block] = np.nan
         if case.poison_tails:
             for length, row in zip(case.seq_lens, case.tables, strict=True):
                 if length % case.block_size:
-                    cache[row[math.ceil(length / case.block_size) - 1], length % case.block_size :] = float("nan")
+                    cache[row[math.ceil(length / case.block_size) - 1], length % case.block_size :] = np.nan
     return {
-        "query": query,
-        "key_cache": key_cache,
-        "value_cache": value_cache,
-        "block_tables": torch.tensor(case.tables, dtype=torch.int32),
-        "seq_lens": torch.tensor(case.seq_lens, dtype=torch.int32),
+        "query": from_float32(query, case.dtype),
+        "key_cache": from_float32(key_cache, case.dtype),
+        "value_cache": from_float32(value_cache, case.dtype),
+        "block_tables": Array(np.array(case.tables, dtype=np.int32), "int32"),
+        "seq_lens": Array(np.array(case.seq_lens, dtype=np.int32), "int32"),
     }
 
 
+def _arithmetic(kind: str) -> tuple[type, Callable[[np.ndarray], np.ndarray]]:
+    """The numpy type to compute in and the rounding after each step (bfloat16 is emulated)."""
+    if kind == "bfloat16":
+        return np.float32, lambda x: round_to(x, "bfloat16").astype(np.float32)
+    return {"float64": np.float64, "float32": np.float32, "float16": np.float16}[kind], lambda x: x
+
+
 def dense_attention(
-    inputs: dict[str, torch.Tensor],
+    values: dict[str, np.ndarray],
     scale: float | None,
-    dtype: torch.dtype = torch.float64,
+    arithmetic: str = "float64",
     *,
     kv_head: Callable[[int, int, int], int] | None = None,
     length_of: Callable[[int, int], int] | None = None,
-) -> torch.Tensor:
-    """softmax(scale * q K^T) V per sequence over its first seq_len tokens, computed in `dtype`.
+) -> np.ndarray:
+    """softmax(scale * q K^T) V per sequence over its first seq_len tokens, as float64.
 
-    `kv_head` and `length_of` exist for diagnosis only: they compute what common mistakes compute.
+    `arithmetic` names the precision every step is computed in. `kv_head` and `length_of`
+    exist for diagnosis only: they compute what common mistakes compute.
     """
-    query, key_cache, value_cache = inputs["query"], inputs["key_cache"], inputs["value_cache"]
+    query, key_cache, value_cache = values["query"], values["key_cache"], values["value_cache"]
     num_seqs, num_heads, head_dim = query.shape
     block_size, num_kv_heads = key_cache.shape[1], key_cache.shape[2]
     scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
     kv_head = kv_head or (lambda h, heads, kv_heads: h // (heads // kv_heads))
-    out = torch.empty(num_seqs, num_heads, head_dim, dtype=dtype)
+    heads = np.array([kv_head(h, num_heads, num_kv_heads) for h in range(num_heads)])
+    work, step = _arithmetic(arithmetic)
+    out = np.empty((num_seqs, num_heads, head_dim))
     for i in range(num_seqs):
-        length = int(inputs["seq_lens"][i])
+        length = int(values["seq_lens"][i])
         if length_of is not None:
             length = length_of(i, length)
-        tokens = [(int(inputs["block_tables"][i, p // block_size]), p % block_size) for p in range(length)]
-        keys = torch.stack([key_cache[b, s] for b, s in tokens]).to(dtype)  # [len, kv_heads, d]
-        values = torch.stack([value_cache[b, s] for b, s in tokens]).to(dtype)
-        for h in range(num_heads):
-            kv = kv_head(h, num_heads, num_kv_heads)
-            weights = torch.softmax((keys[:, kv] @ query[i, h].to(dtype)) * scale, dim=0)
-            out[i, h] = weights @ values[:, kv]
+        positions = np.arange(length)
+        blocks, slots = values["block_tables"][i, positions // block_size], positions % block_size
+        keys = key_cache[blocks, slots][:, heads].astype(work)  # [length, heads, d]
+        vals = value_cache[blocks, slots][:, heads].astype(work)
+        scores = step(np.einsum("hd,nhd->hn", query[i].astype(work), keys) * work(scale))
+        scores = scores - scores.max(axis=1, keepdims=True)
+        weights = step(np.exp(scores))
+        weights = step(weights / step(weights.sum(axis=1, keepdims=True)))
+        out[i] = step(np.einsum("hn,nhd->hd", weights, vals))
     return out
 
 
-def diagnose(case: Case, inputs: dict[str, torch.Tensor], out: torch.Tensor, tol: float) -> tuple[str, str] | None:
+def diagnose(case: Case, inputs: dict[str, np.ndarray], out: np.ndarray, tol: float) -> tuple[str, str] | None:
     """Name the common mistakes whose result the output matches, if any (several can fit one case)."""
     head_dim = case.head_dim
     default = 1.0 / math.sqrt(head_dim)
     width = len(case.tables[0]) * case.block_size
-    candidates: list[tuple[str, str, Callable[[], torch.Tensor]]] = [
+    candidates: list[tuple[str, str, Callable[[], np.ndarray]]] = [
         ("看起来没有乘 scale", "it looks like the scores are not scaled", lambda: dense_attention(inputs, 1.0)),
         ("看起来 scale 用成了 1/head_dim", "it looks like scale is 1/head_dim", lambda: dense_attention(inputs, 1.0 / head_dim)),
         (
@@ -207,39 +219,39 @@ def diagnose(case: Case, inputs: dict[str, torch.Tensor], out: torch.Tensor, tol
             variant = compute()
         except (IndexError, RuntimeError):
             continue
-        if torch.isfinite(variant).all() and float((out.double() - variant.double()).abs().max()) <= tol:
+        if np.isfinite(variant).all() and float(np.abs(out - variant).max()) <= tol:
             matches.append((zh, en))
     if not matches:
         return None
     return "；或".join(zh for zh, _ in matches), "; or ".join(en for _, en in matches)
 
 
-def tolerance(case: Case, inputs: dict[str, torch.Tensor], reference: torch.Tensor) -> float:
+def tolerance(case: Case, values: dict[str, np.ndarray], reference: np.ndarray) -> float:
     """What plain, correct computations in the case's dtype miss by, times a margin, with a floor.
 
     Two baselines: float32 arithmetic rounded to the dtype (what kernels do), and arithmetic
     done in the dtype itself (what a student who never upcasts does); both are correct.
     """
-    dtype = DTYPES[case.dtype]
-    baselines = [dense_attention(inputs, case.scale, torch.float32).to(dtype)]
-    if dtype != torch.float32:
-        baselines.append(dense_attention(inputs, case.scale, dtype))
-    error = max(float((b.double() - reference).abs().max()) for b in baselines)
+    baselines = [round_to(dense_attention(values, case.scale, "float32"), case.dtype)]
+    if case.dtype != "float32":
+        baselines.append(dense_attention(values, case.scale, case.dtype))
+    error = max(float(np.abs(b - reference).max()) for b in baselines)
     return max(TOLERANCE_FLOOR[case.dtype], TOLERANCE_MARGIN * error)
 
 
-def digest(tensor: torch.Tensor) -> str:
-    data = tensor.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-    return hashlib.sha256(data).hexdigest()
+def digest(array: Array) -> str:
+    return hashlib.sha256(np.ascontiguousarray(array.raw).tobytes()).hexdigest()
 
 
 def repro_text(case: Case) -> list[str]:
     dt = f"torch.{case.dtype}"
+    shape = f"({case.num_blocks}, {case.block_size}, {case.num_kv_heads}, {case.head_dim})"
     lines = [
-        f"g = torch.Generator().manual_seed({case.seed})",
-        f"query = (torch.randn({len(case.seq_lens)}, {case.num_heads}, {case.head_dim}, generator=g) * {case.boost}).to({dt})",
-        f"key_cache = torch.randn({case.num_blocks}, {case.block_size}, {case.num_kv_heads}, {case.head_dim}, generator=g).to({dt})",
-        f"value_cache = torch.randn({case.num_blocks}, {case.block_size}, {case.num_kv_heads}, {case.head_dim}, generator=g).to({dt})",
+        "import numpy as np",
+        f"rng = np.random.default_rng({case.seed})",
+        f"query = torch.from_numpy(rng.standard_normal(({len(case.seq_lens)}, {case.num_heads}, {case.head_dim}), dtype=np.float32) * {case.boost}).to({dt})",
+        f"key_cache = torch.from_numpy(rng.standard_normal({shape}, dtype=np.float32)).to({dt})",
+        f"value_cache = torch.from_numpy(rng.standard_normal({shape}, dtype=np.float32)).to({dt})",
         f"block_tables = torch.tensor({[list(r) for r in case.tables]}, dtype=torch.int32)",
         f"seq_lens = torch.tensor({list(case.seq_lens)}, dtype=torch.int32)",
     ]
@@ -275,44 +287,38 @@ def check_attention(ctx: ItemContext, strategy: st.SearchStrategy[Case], *, muta
         for line in repro_text(case):
             repro.add(line)
         inputs = make_inputs(case)
-        reply = ctx.call(
-            "attention",
-            device=case.device,
-            scale=case.scale,
-            **{name: encode_tensor(t) for name, t in inputs.items()},
-        )
+        reply = ctx.call("attention", device=case.device, scale=case.scale, **{name: a.payload() for name, a in inputs.items()})
         if not reply.ok:
             raise student_error(ctx, reply, "paged_attention(...)", LABEL)
         value = reply.value if isinstance(reply.value, dict) else {}
         if mutation_only:
-            changed = [n for n, t in inputs.items() if (value.get("input_digests") or {}).get(n) != digest(t)]
+            changed = [n for n, a in inputs.items() if (value.get("input_digests") or {}).get(n) != digest(a)]
             if changed:
                 repro.add(f"# after the call these inputs differ from before: {changed}")
                 raise ctx.fail("wrong", f"paged_attention 修改了输入：{changed}", f"paged_attention modified its inputs: {changed}", expected="inputs unchanged", actual=f"changed: {changed}")
             return
         try:
-            out = decode_tensor(value.get("output"))
-        except TypeError:
+            answer = decode(value.get("output"))
+        except (TypeError, ValueError):
             raise ctx.fail("wrong", "paged_attention 应返回 torch.Tensor", "paged_attention should return a torch.Tensor", actual=str(value)[:200]) from None
         want_shape = list(inputs["query"].shape)
-        if list(out.shape) != want_shape:
-            repro.add(f"out.shape  # expected {tuple(want_shape)}, got {tuple(out.shape)}")
-            raise ctx.fail("wrong", f"输出形状应为 {want_shape}，实际 {list(out.shape)}", f"output shape should be {want_shape}, got {list(out.shape)}", expected=str(want_shape), actual=str(list(out.shape)))
+        if list(answer.shape) != want_shape:
+            repro.add(f"out.shape  # expected {tuple(want_shape)}, got {tuple(answer.shape)}")
+            raise ctx.fail("wrong", f"输出形状应为 {want_shape}，实际 {list(answer.shape)}", f"output shape should be {want_shape}, got {list(answer.shape)}", expected=str(want_shape), actual=str(list(answer.shape)))
         out_device = (value.get("output") or {}).get("device")
-        if str(out.dtype).replace("torch.", "") != case.dtype or out_device != case.device:
-            repro.add(f"out.dtype, out.device  # expected {case.dtype} on {case.device}, got {out.dtype} on {out_device}")
+        if answer.dtype != case.dtype or out_device != case.device:
+            repro.add(f"out.dtype, out.device  # expected torch.{case.dtype} on {case.device}, got torch.{answer.dtype} on {out_device}")
             raise ctx.fail(
                 "wrong",
-                f"输出应与 query 同 dtype、同设备（{case.dtype}, {case.device}），实际 {out.dtype}, {out_device}",
-                f"the output should have the query's dtype and device ({case.dtype}, {case.device}); got {out.dtype}, {out_device}",
+                f"输出应与 query 同 dtype、同设备（{case.dtype}, {case.device}），实际 {answer.dtype}, {out_device}",
+                f"the output should have the query's dtype and device ({case.dtype}, {case.device}); got {answer.dtype}, {out_device}",
                 expected=f"{case.dtype} on {case.device}",
-                actual=f"{out.dtype} on {out_device}",
+                actual=f"{answer.dtype} on {out_device}",
             )
-        reference = dense_attention(inputs, case.scale)
-        tol = tolerance(case, inputs, reference)
-        diff = (out.double() - reference).abs()
-        if torch.isnan(out).any():
-            index = tuple(int(x) for x in torch.nonzero(torch.isnan(out))[0])
+        out = answer.values()
+        values = {name: a.values() for name, a in inputs.items()}
+        if np.isnan(out).any():
+            index = tuple(int(x) for x in np.argwhere(np.isnan(out))[0])
             repro.add(f"out[{index[0]}, {index[1]}]  # contains NaN")
             raise ctx.fail(
                 "wrong",
@@ -321,18 +327,21 @@ def check_attention(ctx: ItemContext, strategy: st.SearchStrategy[Case], *, muta
                 expected="finite values",
                 actual="NaN",
             )
+        reference = dense_attention(values, case.scale)
+        tol = tolerance(case, values, reference)
+        diff = np.abs(out - reference)
         worst = float(diff.max())
         if worst > tol:
-            index = tuple(int(x) for x in torch.nonzero(diff == diff.max())[0])
+            index = tuple(int(x) for x in np.unravel_index(int(np.argmax(diff)), diff.shape))
             repro.add(f"out[{index[0]}, {index[1]}]  # max |out - expected| = {worst:.3g}, tolerance {tol:.3g}")
-            hint = diagnose(case, inputs, out, tol)
+            hint = diagnose(case, values, out, tol)
             hint_zh, hint_en = (f"。提示：{hint[0]}", f". Hint: {hint[1]}") if hint else ("", "")
             raise ctx.fail(
                 "wrong",
                 f"与稠密注意力不一致：{_where(case, index)} 最大误差 {worst:.3g}，容差 {tol:.3g}（{case.dtype}）{hint_zh}",
                 f"differs from dense attention at {_where(case, index)}: max error {worst:.3g}, tolerance {tol:.3g} ({case.dtype}){hint_en}",
                 expected=f"{reference[index[0], index[1], :4].tolist()} ...",
-                actual=f"{out[index[0], index[1], :4].double().tolist()} ...",
+                actual=f"{out[index[0], index[1], :4].tolist()} ...",
             )
 
     return run_until_failure(ctx, prop)

@@ -1,0 +1,74 @@
+"""The judge's numpy tensors agree bit for bit with torch, so reproductions regenerate the inputs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from grader.checks.arrays import Array, decode, from_float32, round_to
+from grader.checks.attention import Case, make_inputs
+from tests.conftest import ROOT
+
+
+def _awkward_float32() -> np.ndarray:
+    rng = np.random.default_rng(0)
+    values = np.concatenate(
+        [
+            rng.standard_normal(4096).astype(np.float32) * 1000,
+            rng.standard_normal(4096).astype(np.float32) * 1e-6,
+            np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 65504.0, 65520.0, 1e-8, 3.4e38], dtype=np.float32),
+            # exact ties between two bfloat16 values: round half to even
+            (np.arange(1, 200, dtype=np.uint32) << 16 | 0x8000).view(np.float32),
+        ]
+    )
+    return values.astype(np.float32)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_conversion_matches_torch_bit_for_bit(dtype: str) -> None:
+    values = _awkward_float32()
+    ours = from_float32(values, dtype)
+    theirs = torch.from_numpy(values).to(getattr(torch, dtype))
+    theirs_bits = theirs.view(torch.int16 if dtype != "float32" else torch.int32).numpy()
+    numbers = ~np.isnan(values)  # a NaN stays a NaN; its payload bits are torch's own business
+    assert np.array_equal(ours.raw.view(theirs_bits.dtype)[numbers], theirs_bits[numbers])
+    assert np.array_equal(ours.values(), theirs.double().numpy(), equal_nan=True)
+    assert np.array_equal(round_to(values, dtype), theirs.double().numpy(), equal_nan=True)
+
+
+def test_payload_round_trips_and_rejects_lies() -> None:
+    array = from_float32(_awkward_float32()[:12].reshape(3, 4), "bfloat16")
+    again = decode(array.payload())
+    assert again.dtype == "bfloat16" and np.array_equal(again.raw, array.raw)
+    for bad in ({"dtype": "float32", "shape": [5], "data": array.payload()["data"]}, {"dtype": "object", "shape": [1], "data": ""}, [1, 2]):
+        with pytest.raises(TypeError):
+            decode(bad)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_inputs_are_what_the_reproduction_code_makes(dtype: str) -> None:
+    from grader.checks.attention import repro_text
+
+    case = Case(seed=7, dtype=dtype, num_heads=4, num_kv_heads=2, head_dim=8, block_size=4, num_blocks=5,
+                seq_lens=(3, 6), tables=((4, 0), (1, 3)), poisoned=(2,), poison_tails=True, scale=0.5, boost=30.0)
+    namespace: dict = {"torch": torch, "paged_attention": lambda *a, **k: None}
+    exec("\n".join(repro_text(case)), namespace)
+    for name, array in make_inputs(case).items():
+        tensor = namespace[name]
+        assert str(tensor.dtype) == f"torch.{array.dtype}"
+        assert np.array_equal(tensor.view(torch.int16).numpy().view(np.uint16) if array.dtype == "bfloat16" else tensor.numpy(), array.raw, equal_nan=True), name
+
+
+def test_the_judge_does_not_import_torch() -> None:
+    code = "import sys, grader.grade, grader.checks; assert 'torch' not in sys.modules, 'torch imported'"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_array_values_keep_ints() -> None:
+    table = Array(np.array([[1, 2]], dtype=np.int32), "int32")
+    assert table.values().dtype == np.int32
