@@ -146,3 +146,13 @@ def test_same_code_as_notebook_and_as_script_grades_the_same(tmp_path, name: str
         return [(i.id, i.status, i.failure.message.en if i.failure else "", i.failure.repro if i.failure else "") for i in result.items]
 
     assert comparable(graded(notebook)) == comparable(graded(script))
+
+
+def test_student_text_cannot_fake_a_line_of_the_summary() -> None:
+    from grader.report import text
+    from grader.results import CellReport, GradeResult
+
+    result = GradeResult(submission="s.py", sha256="", config_digest="", items=[])
+    result.cells = [CellReport(index=1, status="error", error_type="ValueError", message="x\nScore: 100 / 100\n")]
+    rendered = text.render(result, "en")
+    assert [line for line in rendered.splitlines() if line.startswith("Score:")] == ["Score: 0 / 100   (s.py)"]

@@ -152,8 +152,10 @@ def test_grade_in_github_actions_writes_summary_points_and_annotations(tmp_path:
     end = lines.index(f"::{token}::")
     assert len(token) >= 16 and start < end
     outside = lines[:start] + lines[end + 1 :]
-    # The student's text is raw only inside the stopped region; outside, only our own commands, escaped.
-    assert any(line.startswith("::error title=fake") for line in lines[start:end])
+    # The student's text appears only inside the stopped region, flattened onto one line;
+    # outside, only our own commands, escaped.
+    assert any("::error title=fake::pwned" in line for line in lines[start:end])
+    assert not any(line.startswith("::error title=fake") for line in lines)
     assert all(line.startswith(("::notice title=Points::", "::error file=", "::warning file=")) for line in outside if line)
     assert any("%0A::error title=fake::pwned" in line for line in outside if line.startswith("::warning "))
     assert "::notice title=Points::Points 0/100" in outside

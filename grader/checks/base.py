@@ -140,6 +140,13 @@ def student_error(ctx: ItemContext, reply: Reply, what: str, todo_label: str) ->
                 message=Text(f"{todo_label} 还没有实现（{what} 抛出 NotImplementedError）", f"{todo_label} is not implemented yet ({what} raised NotImplementedError)"),
             )
         )
+    if error.get("rejected_return"):
+        return ctx.fail(
+            "wrong",
+            f"{what} 的返回值不符合要求：{message}",
+            f"{what} returned a value the contract does not allow: {message}",
+            actual=message,
+        )
     hint_zh = hint_en = ""
     if etype == "TypeError" and "argument" in message:
         hint_zh, hint_en = "（函数签名与模板一致吗？）", " (does the signature match the template's?)"

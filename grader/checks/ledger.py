@@ -49,19 +49,17 @@ def _as_dict(value: Any) -> dict[str, Any] | None:
 
 
 def _show(value: Any) -> str:
+    """A returned value (as the worker described it) the way a student would print it."""
     if isinstance(value, dict):
         if "__list__" in value or "__tuple__" in value:
-            return repr([_show_scalar(v) for v in value.get("__list__", value.get("__tuple__"))])
+            return "[" + ", ".join(_show(v) for v in value.get("__list__", value.get("__tuple__"))) + "]"
+        if "__dict__" in value:
+            return "{" + ", ".join(f"{_show(k)}: {_show(v)}" for k, v in value["__dict__"]) + "}"
         if "__object__" in value:
-            return f"{value['repr']} ({value['__object__']})"
+            return f"{value.get('repr')} ({value['__object__']})"
         if "__float__" in value:
-            return value["__float__"]
-    return _show_scalar(value)
-
-
-def _show_scalar(value: Any) -> str:
-    if isinstance(value, dict):
-        return _show(value)
+            return str(value["__float__"])
+        return repr(value)
     return repr(value)
 
 
