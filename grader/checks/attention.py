@@ -236,7 +236,29 @@ def tolerance(case: Case, values: dict[str, np.ndarray], reference: np.ndarray) 
     if case.dtype != "float32":
         baselines.append(dense_attention(values, case.scale, case.dtype))
     error = max(float(np.abs(b - reference).max()) for b in baselines)
-    return max(TOLERANCE_FLOOR[case.dtype], TOLERANCE_MARGIN * error)
+    return max(TOLERANCE_FLOOR[case.dtype], TOLERANCE_MARGIN * error, logit_rounding_bound(values, case.scale))
+
+
+def logit_rounding_bound(values: dict[str, np.ndarray], scale: float | None) -> float:
+    """First-order effect on the output of rounding every logit to float32.
+
+    With logits in the hundreds, float32 alone moves each logit by |logit| * 2^-24, and the
+    softmax passes that on times the spread of V.  Which correct order of summation a
+    submission uses decides where in that band it lands, so the band is tolerated.
+    """
+    query, key_cache, value_cache = values["query"], values["key_cache"], values["value_cache"]
+    num_heads, head_dim = query.shape[1], query.shape[2]
+    block_size, num_kv_heads = key_cache.shape[1], key_cache.shape[2]
+    scale = 1.0 / math.sqrt(head_dim) if scale is None else scale
+    heads = np.arange(num_heads) // (num_heads // num_kv_heads)
+    bound = 0.0
+    for i in range(query.shape[0]):
+        positions = np.arange(int(values["seq_lens"][i]))
+        blocks, slots = values["block_tables"][i, positions // block_size], positions % block_size
+        logits = np.einsum("hd,nhd->hn", query[i], key_cache[blocks, slots][:, heads]) * scale
+        spread = np.abs(value_cache[blocks, slots]).max()
+        bound = max(bound, 2 * 2.0**-24 * float(np.abs(logits).max()) * float(spread))
+    return bound
 
 
 def digest(array: Array) -> str:
