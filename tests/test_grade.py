@@ -156,3 +156,17 @@ def test_student_text_cannot_fake_a_line_of_the_summary() -> None:
     result.cells = [CellReport(index=1, status="error", error_type="ValueError", message="x\nScore: 100 / 100\n")]
     rendered = text.render(result, "en")
     assert [line for line in rendered.splitlines() if line.startswith("Score:")] == ["Score: 0 / 100   (s.py)"]
+
+
+def test_a_grader_bug_still_gives_a_scorecard_and_exit_3(tmp_path, monkeypatch, capsys) -> None:
+    import grader.grade
+    from grader.cli import main
+
+    def broken(*args, **kwargs):
+        raise KeyError("internal")
+
+    monkeypatch.setattr(grader.grade, "grade_path", broken)
+    assert main(["grade", str(SOLUTION_NB), "--json", str(tmp_path / "r.json"), "--lang", "en"]) == 3
+    assert "the grader itself failed" in capsys.readouterr().out
+    payload = json.loads((tmp_path / "r.json").read_text())
+    assert payload["score"] == 0 and all(t["status"] == "failed" for t in payload["tests"])

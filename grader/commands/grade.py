@@ -3,7 +3,8 @@
 Under GitHub Actions (GITHUB_ACTIONS=true) it also writes the job summary and prints the
 `Points X/Y` notice and error annotations.
 
-Exit status: 0 graded (whatever the score); 1 graded but below --fail-under; 2 not gradable.
+Exit status: 0 graded (whatever the score); 1 graded but below --fail-under; 2 not gradable;
+3 the grader itself failed (a bug to report; the scorecard says so).
 """
 
 from __future__ import annotations
@@ -12,8 +13,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-EXIT_GRADED, EXIT_BELOW, EXIT_UNGRADABLE = 0, 1, 2
+if TYPE_CHECKING:
+    from grader.config import Config
+    from grader.results import GradeResult
+
+EXIT_GRADED, EXIT_BELOW, EXIT_UNGRADABLE, EXIT_INTERNAL = 0, 1, 2, 3
 
 
 def add_common_options(p: argparse.ArgumentParser) -> None:
@@ -42,7 +48,10 @@ def run(args: argparse.Namespace) -> int:
 
     config = with_seed(load_config(args.config), args.seed)
     lang = args.lang or config.feedback.language
-    result = grade_path(args.submission, config, args.device)
+    try:
+        result = grade_path(args.submission, config, args.device)
+    except Exception as error:  # a bug of the grader's own: still a scorecard, never a traceback
+        result = internal_error_result(args.submission, config, error)
     actions = github.in_actions()
     # In GitHub Actions the text quotes student exceptions: keep it from issuing workflow commands.
     token = github.stop_commands(sys.stdout) if actions else None
@@ -60,7 +69,21 @@ def run(args: argparse.Namespace) -> int:
     if actions:
         github.publish(result, lang, args.submission, sys.stdout)
     if result.error is not None:
-        return EXIT_UNGRADABLE
+        return EXIT_INTERNAL if result.error.kind == "internal" else EXIT_UNGRADABLE
     if args.fail_under is not None and result.score < args.fail_under:
         return EXIT_BELOW
     return EXIT_GRADED
+
+
+def internal_error_result(path: Path, config: Config, error: Exception) -> GradeResult:
+    from grader.results import FAILED, Failure, GradeResult, ItemResult, Text
+
+    failure = Failure(
+        kind="internal",
+        message=Text(
+            f"评分器自身出错（不是你的问题），请把这条信息告诉助教：{type(error).__name__}: {error}",
+            f"the grader itself failed (not your fault); please show this to the TAs: {type(error).__name__}: {error}",
+        ),
+    )
+    items = [ItemResult(i.id, i.todo, Text(i.zh, i.en), i.weight, FAILED, failure) for i in config.items]
+    return GradeResult(submission=str(path), sha256="", config_digest=config.digest, items=items, error=failure)
