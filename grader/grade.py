@@ -176,7 +176,7 @@ def _timed(
 ) -> ItemResult:
     from grader.checks.base import ItemContext
 
-    ctx = ItemContext(sandbox, config, item.id, item.device)
+    ctx = ItemContext(sandbox, config, item.id)
     try:
         failure = check(ctx)
     finally:

@@ -25,7 +25,7 @@ from grader.checks.base import ItemContext, hypothesis_settings, run_until_failu
 from grader.results import Failure
 
 MODES = {
-    # item id -> (label, which rules, which checks)
+    # item id -> mode: which rules the machine has and which invariants it checks
     "todo2.block_count": "prefill_count",
     "todo2.ownership": "prefill_ownership",
     "todo2.oom_atomic": "prefill_oom",

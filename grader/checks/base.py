@@ -61,11 +61,10 @@ class Repro:
 class ItemContext:
     """The sandbox, configuration and bookkeeping one rubric item runs with."""
 
-    def __init__(self, sandbox: Sandbox, config: Config, item_id: str, device: str = "cpu"):
+    def __init__(self, sandbox: Sandbox, config: Config, item_id: str):
         self.sandbox = sandbox
         self.config = config
         self.item_id = item_id
-        self.device = device
         self.deadline = time.monotonic() + config.limits.item_budget_s
         self._session: Session | None = None
         self.repro = Repro()
