@@ -258,6 +258,8 @@ class Runner:
                     f"评分程序出错（退出码 {child.returncode}）：{err_tail.strip()[-500:]}",
                 )
                 return Outcome(student, sha256, ERROR, result, seconds)
+            if result.error is not None and result.error.kind == "internal":  # the grader's bug: retry on re-run
+                return Outcome(student, sha256, ERROR, result, seconds)
             return Outcome(student, sha256, GRADED, result, seconds)
 
     def stop_all(self) -> None:
@@ -364,14 +366,21 @@ def run_batch(
         previous = _interrupt_on_sigterm()
         pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="grade")
         try:
-            pending: set[Future[Outcome | None]] = {pool.submit(runner.grade, s, sha) for s, sha in todo}
+            students = {pool.submit(runner.grade, s, sha): s for s, sha in todo}
+            pending: set[Future[Outcome | None]] = set(students)
             while pending:
                 finished, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
                 for future in finished:
-                    outcome = future.result()
+                    try:
+                        outcome = future.result()
+                        if outcome is not None:
+                            _record(book, out, outcome, lang)
+                    except Exception as error:  # one student's trouble (a full disk, a bug) never ends the batch
+                        summary.errors += 1
+                        progress.advance(students[future].id, f"ERROR not recorded: {type(error).__name__}: {error}")
+                        continue
                     if outcome is None:
                         continue
-                    _record(book, out, outcome, lang)
                     if on_record is not None:
                         on_record(outcome)
                     if outcome.status == GRADED:

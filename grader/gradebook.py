@@ -55,9 +55,15 @@ CREATE TABLE IF NOT EXISTS item_results (
     repro TEXT,
     PRIMARY KEY (submission_id, item_id)
 );
-CREATE VIEW IF NOT EXISTS latest AS
+-- A grade made here (source 'batch') outranks any imported one: an imported results.json is
+-- only as trustworthy as the run that made it, and a student can edit their own CI workflow.
+DROP VIEW IF EXISTS latest;
+CREATE VIEW latest AS
     SELECT s.* FROM submissions s
-    WHERE s.id = (SELECT max(id) FROM submissions WHERE student_id = s.student_id);
+    WHERE s.id = (
+        SELECT t.id FROM submissions t WHERE t.student_id = s.student_id
+        ORDER BY (t.source = 'batch') DESC, t.id DESC LIMIT 1
+    );
 """
 
 
@@ -173,7 +179,11 @@ class Gradebook:
 
     def is_current(self, student: str, sha256: str, config_digest: str) -> bool:
         """Already graded from these exact bytes under this configuration (errors do not count)."""
-        entry = self.db.execute("SELECT sha256, config_digest, status FROM latest WHERE student_id = ?", (student,)).fetchone()
+        # Only this machine's own grading counts: an imported result cannot make a re-grade skip.
+        entry = self.db.execute(
+            "SELECT sha256, config_digest, status FROM submissions WHERE student_id = ? AND source = 'batch' ORDER BY id DESC LIMIT 1",
+            (student,),
+        ).fetchone()
         return entry is not None and entry[0] == sha256 and entry[1] == config_digest and entry[2] == GRADED
 
     def current(self) -> list[Entry]:

@@ -99,6 +99,18 @@ def test_gradebook_keeps_history_and_knows_what_is_current(tmp_path: Path) -> No
     assert rows == 3 * len(load_config().items)
 
 
+def test_an_imported_result_never_outranks_or_skips_a_grade_made_here(tmp_path: Path) -> None:
+    """A forged results.json (every item passed, the right file hash) changes nothing."""
+    digest = load_config().digest
+    with Gradebook.in_dir(tmp_path) as book:
+        book.add("alice", synthetic("todo3", sha="aa"), sha256="a" * 64, source="batch", path="alice.ipynb")
+        book.add("alice", synthetic(None, sha="aa"), sha256="a" * 64, source="import", path="results.json")
+        assert [(e.student, e.result.score, e.source) for e in book.current()] == [("alice", 75.0, "batch")]
+        book.add("bob", synthetic(None, sha="bb"), sha256="b" * 64, source="import", path="results.json")
+        assert not book.is_current("bob", "b" * 64, digest)  # only a grade made here lets a re-run skip
+        assert [(e.student, e.source) for e in book.current()] == [("alice", "batch"), ("bob", "import")]
+
+
 def _gradescope_export(tmp_path: Path) -> Path:
     metadata = {
         "submission_101": {
