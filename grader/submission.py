@@ -7,6 +7,7 @@ raises SubmissionError with a reason in both languages; nothing here runs studen
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import re
@@ -170,7 +171,14 @@ def _python_cells(text: str) -> list[Cell]:
 
 
 def neutralise_ipython(source: str) -> str:
-    """Replace magics and shell escapes with `pass`, keeping line numbers and indentation."""
+    """Replace magics and shell escapes with `pass`, keeping line numbers and indentation.
+
+    Valid Python is never touched: `!= 0` or `% block_size` at the start of a wrapped line is
+    an operator, not a shell escape.  Otherwise only lines that start a statement (outside
+    any open bracket) are candidates.
+    """
+    if _parses(source):
+        return source
     lines = source.split("\n")
     first = lines[0].strip() if lines else ""
     if first.startswith("%%"):
@@ -179,11 +187,22 @@ def neutralise_ipython(source: str) -> str:
             return "pass  # cell magic %%" + magic + " not run by the grader"
         lines[0] = "pass  # " + first
     out = []
+    depth = 0  # open brackets before this line (strings and comments are rare enough to ignore here)
     for line in lines:
         stripped = line.lstrip()
         indent = line[: len(line) - len(stripped)]
-        if stripped.startswith(("%", "!")) or re.match(r"^[A-Za-z_][\w, ]*=\s*[!%]", stripped):
+        if depth == 0 and (stripped.startswith(("%", "!")) or re.match(r"^[A-Za-z_][\w, ]*=\s*[!%]", stripped)):
             out.append(indent + "pass  # IPython line not run by the grader")
-        else:
-            out.append(line)
+            continue
+        out.append(line)
+        code = line.split("#", 1)[0]
+        depth = max(0, depth + sum(code.count(c) for c in "([{") - sum(code.count(c) for c in ")]}"))
     return "\n".join(out)
+
+
+def _parses(source: str) -> bool:
+    try:
+        ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True
