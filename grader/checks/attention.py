@@ -147,11 +147,14 @@ def dense_attention(
     *,
     kv_head: Callable[[int, int, int], int] | None = None,
     length_of: Callable[[int, int], int] | None = None,
+    sequential: bool = False,
 ) -> np.ndarray:
     """softmax(scale * q K^T) V per sequence over its first seq_len tokens, as float64.
 
-    `arithmetic` names the precision every step is computed in. `kv_head` and `length_of`
-    exist for diagnosis only: they compute what common mistakes compute.
+    `arithmetic` names the precision every step is computed in; `sequential` sums token by
+    token in it (unnormalised weights, one division at the end), the least accurate correct
+    way there is. `kv_head` and `length_of` exist for diagnosis only: they compute what
+    common mistakes compute.
     """
     query, key_cache, value_cache = values["query"], values["key_cache"], values["value_cache"]
     num_seqs, num_heads, head_dim = query.shape
@@ -169,6 +172,16 @@ def dense_attention(
         blocks, slots = values["block_tables"][i, positions // block_size], positions % block_size
         keys = key_cache[blocks, slots][:, heads].astype(work)  # [length, heads, d]
         vals = value_cache[blocks, slots][:, heads].astype(work)
+        if sequential:
+            products = step(query[i].astype(work)[None] * keys)  # [length, heads, d]
+            scores = step(step(products.sum(axis=2).T) * work(scale))  # [heads, length]
+            weights = step(np.exp(step(scores - scores.max(axis=1, keepdims=True))))
+            total, acc = np.zeros(num_heads, dtype=work), np.zeros((num_heads, head_dim), dtype=work)
+            for j in range(length):
+                total = step(total + weights[:, j])
+                acc = step(acc + step(weights[:, j, None] * vals[j]))
+            out[i] = step(acc / total[:, None])
+            continue
         scores = step(np.einsum("hd,nhd->hn", query[i].astype(work), keys) * work(scale))
         scores = scores - scores.max(axis=1, keepdims=True)
         weights = step(np.exp(scores))
@@ -229,12 +242,14 @@ def diagnose(case: Case, inputs: dict[str, np.ndarray], out: np.ndarray, tol: fl
 def tolerance(case: Case, values: dict[str, np.ndarray], reference: np.ndarray) -> float:
     """What plain, correct computations in the case's dtype miss by, times a margin, with a floor.
 
-    Two baselines: float32 arithmetic rounded to the dtype (what kernels do), and arithmetic
-    done in the dtype itself (what a student who never upcasts does); both are correct.
+    Baselines: float32 arithmetic rounded to the dtype (what kernels do), and arithmetic done
+    in the dtype itself, batched and token by token (what a student who never upcasts does);
+    all are correct.
     """
     baselines = [round_to(dense_attention(values, case.scale, "float32"), case.dtype)]
     if case.dtype != "float32":
         baselines.append(dense_attention(values, case.scale, case.dtype))
+        baselines.append(dense_attention(values, case.scale, case.dtype, sequential=True))
     error = max(float(np.abs(b - reference).max()) for b in baselines)
     return max(TOLERANCE_FLOOR[case.dtype], TOLERANCE_MARGIN * error, logit_rounding_bound(values, case.scale))
 
