@@ -108,10 +108,23 @@ def grade_submission(submission: Submission, config: Config, device: str) -> Gra
                     f"tried to import forbidden modules at run time: {report.blocked_imports}",
                 )
             )
-        skipped_todos: dict[str, Failure] = {}
+        # A TODO whose first item meets NotImplementedError on its very first case is not
+        # written yet (the template): its other items say so without running.  A later or
+        # partial NotImplementedError (say, only for GQA) is an ordinary failure of that item.
+        not_written: dict[str, Failure] = {}
+        started: set[str] = set()
         with _hypothesis_home(sandbox.tmp):
             for item in config.items:
-                result.items.append(_run_item(item, CHECKS, REQUIRED_NAMES, sandbox, report, config, device, deadline, skipped_todos))
+                if item.todo in not_written:
+                    result.items.append(_item(item, FAILED, not_written[item.todo]))
+                    continue
+                outcome = _run_item(item, CHECKS, REQUIRED_NAMES, sandbox, report, config, device, deadline)
+                failure = outcome.failure
+                if item.todo not in started and failure is not None and failure.kind == "not_implemented" and outcome.examples <= 1:
+                    not_written[item.todo] = failure
+                if outcome.status != NOT_RUN:
+                    started.add(item.todo)
+                result.items.append(outcome)
         result.output_excerpt, result.output_bytes = sandbox.output()
     if result.flags and config.zero_on_flag:
         flagged = Failure(
@@ -144,7 +157,6 @@ def _run_item(
     config: Config,
     device: str,
     deadline: float,
-    skipped_todos: dict[str, Failure],
 ) -> ItemResult:
     if item.device == "cuda" and device != "cuda":
         return _item(item, NOT_RUN, Failure("not_run", Text("没有可用的 GPU：本项未运行，不计入总分", "no GPU here: not run, and not counted in the total")))
@@ -153,36 +165,26 @@ def _run_item(
     missing = [name for name in required_names[item.todo] if name not in report.names]
     if missing:
         return _item(item, FAILED, _missing(missing, report))
-    if item.todo in skipped_todos:
-        return _item(item, FAILED, skipped_todos[item.todo])
     if time.monotonic() > deadline:
         return _item(item, FAILED, Failure("budget", Text("整份提交的时间预算已用完，本项未评", "the submission's total time budget ran out before this item")))
     started = time.monotonic()
     if item.device == "cuda" and report.cuda_initialized:
         # The loaded worker already holds a CUDA context, which a forked child cannot use.
-        with Sandbox(sandbox.cells, config.limits, allow_cuda=True) as fresh:
+        left = dataclasses.replace(config.limits, total_budget_s=max(1.0, deadline - started))
+        with Sandbox(sandbox.cells, left, allow_cuda=True) as fresh:
             fresh.load()
-            return _timed(item, checks[item.id], fresh, config, started)
-    return _timed(item, checks[item.id], sandbox, config, started, skipped_todos)
+            return _timed(item, checks[item.id], fresh, config, started, deadline)
+    return _timed(item, checks[item.id], sandbox, config, started, deadline)
 
 
-def _timed(
-    item: RubricItem,
-    check: Check,
-    sandbox: Sandbox,
-    config: Config,
-    started: float,
-    skipped_todos: dict[str, Failure] | None = None,
-) -> ItemResult:
+def _timed(item: RubricItem, check: Check, sandbox: Sandbox, config: Config, started: float, deadline: float) -> ItemResult:
     from grader.checks.base import ItemContext
 
-    ctx = ItemContext(sandbox, config, item.id)
+    ctx = ItemContext(sandbox, config, item.id, deadline)
     try:
         failure = check(ctx)
     finally:
         ctx.close()
-    if failure is not None and failure.kind == "not_implemented" and skipped_todos is not None:
-        skipped_todos[item.todo] = failure
     result = _item(item, PASSED if failure is None else FAILED, failure)
     result.examples = ctx.examples
     result.seconds = round(time.monotonic() - started, 3)

@@ -170,3 +170,16 @@ def test_a_grader_bug_still_gives_a_scorecard_and_exit_3(tmp_path, monkeypatch, 
     assert "the grader itself failed" in capsys.readouterr().out
     payload = json.loads((tmp_path / "r.json").read_text())
     assert payload["score"] == 0 and all(t["status"] == "failed" for t in payload["tests"])
+
+
+def test_a_partial_not_implemented_costs_only_the_items_it_breaks(tmp_path) -> None:
+    source = (ROOT / "reference" / "paged_attention.py").read_text(encoding="utf-8")
+    marker = "    group = num_heads // num_kv_heads\n"
+    assert marker in source
+    partial = source.replace(marker, marker + "    if group != 1:\n        raise NotImplementedError('GQA comes later')\n", 1)
+    path = tmp_path / "no_gqa.py"
+    path.write_text(partial, encoding="utf-8")
+    items = {i.id: i for i in graded(path).items}
+    assert items["todo5.mha_fp32"].status == "passed" and items["todo5.scale_and_stability"].status == "passed"
+    assert items["todo5.gqa"].status == "failed" and items["todo5.gqa"].failure.kind == "not_implemented"
+    assert "paged_attention(" in items["todo5.gqa"].failure.repro
