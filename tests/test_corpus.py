@@ -68,3 +68,19 @@ def test_attention_failure_names_the_likely_mistake(name: str, hint: str) -> Non
 def test_correct_submission_gets_no_hint() -> None:
     result = graded(CORPUS / "buggy" / "todo1_no_kv_factor.py")
     assert not any("Hint" in (i.failure.message.en if i.failure else "") for i in result.items if i.todo == "todo5")
+
+
+def test_a_decode_growth_bug_leaves_the_ownership_item_alone() -> None:
+    items = {i.id: i for i in graded(CORPUS / "buggy" / "todo3_seq_len_not_stored.py").items}
+    assert items["todo3.growth"].status == "failed"
+    assert items["todo3.ownership"].status == "passed"
+
+
+def test_non_finite_answers_still_get_a_reproduction(tmp_path: Path) -> None:
+    source = (CORPUS.parent.parent / "reference" / "paged_attention.py").read_text(encoding="utf-8")
+    answer = "        return torch.cat(ordered, dim=0)[: req.seq_len]\n"
+    assert answer in source
+    path = tmp_path / "inf.py"
+    path.write_text(source.replace(answer, "        return torch.full((req.seq_len, self.head_dim), float('inf'))\n"), encoding="utf-8")
+    item = next(i for i in graded(path).items if i.id == "todo4.table_order")
+    assert item.failure.kind == "wrong" and "inf" in item.failure.message.en and item.failure.repro

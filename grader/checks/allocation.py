@@ -305,7 +305,10 @@ def make_machine(ctx: ItemContext, mode: str) -> type[RuleBasedStateMachine]:
                         )
                     raise student_error(ctx, reply, step, todo)
                 want_blocks = len(before_table) + (1 if grows else 0)
-                if seq_len != new_len or len(table) != want_blocks or table[: len(before_table)] != before_table:
+                # The ownership item checks only where blocks come from and go to: a wrong
+                # growth decision is the growth item's, so it is not counted twice.
+                wrong_growth = seq_len != new_len or len(table) != want_blocks or table[: len(before_table)] != before_table
+                if wrong_growth and not check_ownership:
                     self.repro.add(f"# {where}: expected seq_len={new_len} and {want_blocks} blocks; got seq_len={seq_len}, block_table={table}")
                     raise ctx.fail(
                         "wrong",
@@ -315,17 +318,19 @@ def make_machine(ctx: ItemContext, mode: str) -> type[RuleBasedStateMachine]:
                         actual=f"seq_len={seq_len}, block_table={table}",
                     )
                 if check_ownership or oom_mode:
-                    added = table[len(before_table) :]
-                    if added and added[0] not in before_free:
-                        self.repro.add(f"# free before: {before_free}; appended block {added[0]}")
-                        raise ctx.fail("wrong", f"decode 追加的块 {added[0]} 不在空闲列表中", f"decode appended block {added[0]}, which was not free", expected=f"one of {before_free}", actual=str(added[0]))
+                    added = [b for b in table if b not in before_table]
+                    stolen = [b for b in added if b not in before_free]
+                    if stolen:
+                        self.repro.add(f"# free before: {before_free}; appended block {stolen[0]}")
+                        raise ctx.fail("wrong", f"decode 追加的块 {stolen[0]} 不在空闲列表中", f"decode appended block {stolen[0]}, which was not free", expected=f"one of {before_free}", actual=str(stolen[0]))
                     expected_free = sorted(set(before_free) - set(added))
                     if sorted(free) != expected_free or (not added and free != before_free):
                         self.repro.add(f"# free_blocks before {before_free}, after {free}")
                         raise ctx.fail("wrong", "decode 之后空闲列表不对", "the free list is wrong after decode", expected=str(expected_free), actual=str(free))
                     self.expect_partition(step, free, seen)
                     self.expect_others_unchanged(step, seen, req)
-                req.seq_len, req.table, self.free = new_len, table, free
+                # The model follows what the submission did where only ownership is judged.
+                req.seq_len, req.table, self.free = (seq_len if check_ownership else new_len), table, free
 
         # -- shared: OOM ----------------------------------------------------------------
         def expect_oom(self, reply: Any, step: str, before: list[int], free: list[int], seen: dict[str, tuple[int, list[int]]], req: Req, needed: int) -> None:

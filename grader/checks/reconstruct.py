@@ -138,7 +138,7 @@ def _describe(values: list[float] | str) -> str:
     if values and all(math.isnan(v) for v in values):
         return "NaN (a slot that should never be read)"
     first = values[0] if values else float("nan")
-    if math.isnan(first):
+    if not math.isfinite(first):
         return str(values)
     return f"block {int(first // 100)} slot {int(round(first % 100))} ({values})"
 
