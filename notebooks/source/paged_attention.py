@@ -229,7 +229,8 @@ class KVCacheManager:
 # - `query`：`[num_seqs, num_heads, head_dim]`
 # - `key_cache`、`value_cache`：`[num_blocks, block_size, num_kv_heads, head_dim]`
 # - `block_tables`：整数 `[num_seqs, max_blocks_per_seq]`，第 i 行是序列 i 按逻辑顺序的物理块；
-#   超出该序列所需的表项是任意有效块号，不能影响结果。
+#   超出该序列所需的表项是任意有效块号，不能影响结果；它们指向的块、以及最后一块中超出 seq_len 的位置，
+#   里面可能是任何值（包括 NaN），所以不要先读出来再乘 0 屏蔽（0 × NaN 仍是 NaN）。
 # - `seq_lens`：整数 `[num_seqs]`，每个至少为 1；`scale` 默认 `1/sqrt(head_dim)`。
 # - GQA：`num_heads` 是 `num_kv_heads` 的整数倍，query 头 `h` 读取 KV 头 `h // (num_heads // num_kv_heads)`。
 #
@@ -237,8 +238,10 @@ class KVCacheManager:
 # `softmax(scale · q Kᵀ) V`。float16/bfloat16 建议用 float32 累加；不要修改任何输入。
 #
 # Each sequence has one new query token. Read K and V through the block table (only the first
-# `seq_len` tokens count), map query head `h` to KV head `h // (num_heads // num_kv_heads)`, and return
-# `softmax(scale * q K^T) V` with the query's dtype and device. Never modify the inputs.
+# `seq_len` tokens count; table entries past them and slots past `seq_len` may hold anything, NaN
+# included, so never read them and mask by multiplying by 0), map query head `h` to KV head
+# `h // (num_heads // num_kv_heads)`, and return `softmax(scale * q K^T) V` with the query's dtype and
+# device. Never modify the inputs.
 
 # %% module
 def paged_attention(
