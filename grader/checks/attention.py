@@ -23,7 +23,6 @@ from grader.checks.base import ItemContext, hypothesis_settings, run_until_failu
 from grader.results import Failure
 
 LABEL = "TODO 5"
-DTYPES = ("float32", "float16", "bfloat16")
 TOLERANCE_FLOOR = {"float32": 2e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
 TOLERANCE_MARGIN = 4.0
 

@@ -35,7 +35,6 @@ import base64
 import hashlib
 import json
 import os
-import resource
 import secrets
 import select
 import shutil
@@ -228,17 +227,6 @@ def _index(event: dict[str, Any]) -> int:
     return index
 
 
-def _limit_resources(pid: int, memory_mb: int | None) -> None:
-    """Caps set from outside (no preexec_fn: the judge has threads); the worker sets its own too."""
-    try:
-        resource.prlimit(pid, resource.RLIMIT_CORE, (0, 0))
-        resource.prlimit(pid, resource.RLIMIT_FSIZE, (FILE_MB << 20, FILE_MB << 20))
-        if memory_mb:
-            resource.prlimit(pid, resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
-    except ProcessLookupError:
-        pass  # already gone: the next wait says so
-
-
 def _process_table() -> dict[int, list[int]]:
     """Parent pid -> live child pids, from /proc (zombies left out: they are already dead)."""
     children: dict[int, list[int]] = {}
@@ -376,7 +364,6 @@ class Sandbox:
             for fd in (out_w, err_w, life_r):
                 os.close(fd)
         self._lifeline = life_w
-        _limit_resources(self.process.pid, self._memory_mb())
         limit = self.limits.output_kb << 10
         self._captures.append((OutputCapture(out_r, limit), OutputCapture(err_r, limit)))
         self.control = self._accept(time.monotonic() + 60, starting=True)
