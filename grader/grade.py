@@ -9,7 +9,7 @@ import contextlib
 import dataclasses
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -48,7 +48,7 @@ def with_seed(config: Config, seed: int | None) -> Config:
     return dataclasses.replace(config, hypothesis=dataclasses.replace(config.hypothesis, seed=seed))
 
 
-def grade_path(path: Path, config: Config, device: str = "auto") -> GradeResult:
+def grade_path(path: Path, config: Config, device: str = "auto", todos: Collection[str] | None = None) -> GradeResult:
     started = time.monotonic()
     device = resolve_device(device)
     try:
@@ -65,12 +65,13 @@ def grade_path(path: Path, config: Config, device: str = "auto") -> GradeResult:
         )
         result.seconds = round(time.monotonic() - started, 3)
         return result
-    result = grade_submission(submission, config, device)
+    result = grade_submission(submission, config, device, todos)
     result.seconds = round(time.monotonic() - started, 3)
     return result
 
 
-def grade_submission(submission: Submission, config: Config, device: str) -> GradeResult:
+def grade_submission(submission: Submission, config: Config, device: str, todos: Collection[str] | None = None) -> GradeResult:
+    """Grade every rubric item, or only the items of `todos` (e.g. {"todo3"}) when given."""
     result = GradeResult(
         submission=str(submission.path),
         sha256=submission.sha256,
@@ -115,6 +116,12 @@ def grade_submission(submission: Submission, config: Config, device: str) -> Gra
         started: set[str] = set()
         with _hypothesis_home(sandbox.tmp):
             for item in config.items:
+                if todos is not None and item.todo not in todos:
+                    continue
+                if item.device == "cuda" and device != "cuda":
+                    # Never counted on a machine without a GPU, whatever the submission did.
+                    result.items.append(_item(item, NOT_RUN, _no_gpu()))
+                    continue
                 if item.todo in not_written:
                     result.items.append(_item(item, FAILED, not_written[item.todo]))
                     continue
@@ -158,8 +165,6 @@ def _run_item(
     device: str,
     deadline: float,
 ) -> ItemResult:
-    if item.device == "cuda" and device != "cuda":
-        return _item(item, NOT_RUN, Failure("not_run", Text("没有可用的 GPU：本项未运行，不计入总分", "no GPU here: not run, and not counted in the total")))
     if report.failed:
         return _item(item, FAILED, Failure("crashed", Text("提交的代码无法加载运行", "the submission's code could not be loaded"), actual=report.failed))
     missing = [name for name in required_names[item.todo] if name not in report.names]
@@ -189,6 +194,10 @@ def _timed(item: RubricItem, check: Check, sandbox: Sandbox, config: Config, sta
     result.examples = ctx.examples
     result.seconds = round(time.monotonic() - started, 3)
     return result
+
+
+def _no_gpu() -> Failure:
+    return Failure("not_run", Text("没有可用的 GPU：本项未运行，不计入总分", "no GPU here: not run, and not counted in the total"))
 
 
 def _missing(names: list[str], report: LoadReport) -> Failure:

@@ -32,6 +32,12 @@ class Failure:
     expected: str = ""
     actual: str = ""
     traceback: str = ""
+    # Structured data for a picture of the failing state (reports draw it; absent: no picture).
+    #   {"kind": "pool", "num_blocks": int, "step": str,
+    #    "before": {"free": [int], "tables": {name: [int]}}, "after": {...}, "highlight": [int]}
+    #   {"kind": "attention", "errors": [[float]] (per sequence, per query head: max |out - expected|),
+    #    "tolerance": float, "dtype": str, "worst": [seq, head]}
+    picture: dict[str, Any] | None = None
 
 
 @dataclass
@@ -44,6 +50,7 @@ class ItemResult:
     failure: Failure | None = None
     examples: int = 0  # cases the item tried
     seconds: float = 0.0
+    exercised: int = 0  # times the item's property was actually checked (a pass needs enough of them)
 
     @property
     def score(self) -> float:
@@ -73,6 +80,8 @@ class GradeResult:
     error: Failure | None = None  # set when the submission could not be graded at all
     seconds: float = 0.0
     device: str = "cpu"
+    isolation: dict[str, Any] = field(default_factory=dict)  # what confined the submission while it ran
+    given_code: list[Failure] = field(default_factory=list)  # given (non-TODO) code changed or behaving differently
 
     @property
     def max_score(self) -> float:
@@ -126,4 +135,6 @@ class GradeResult:
             error=failure(data.get("error")),
             seconds=data.get("seconds", 0.0),
             device=data.get("device", "cpu"),
+            isolation=dict(data.get("isolation") or {}),
+            given_code=[f for f in (failure(g) for g in data.get("given_code") or []) if f is not None],
         )
