@@ -28,7 +28,7 @@ class Failure:
 
     kind: str  # "wrong", "error", "not_implemented", "missing", "timeout", "crashed", "budget", "integrity"
     message: Text
-    repro: str = ""  # code a student can paste into the notebook
+    repro: str = ""  # code a student can paste after their cells; ends in asserts (comments in English)
     expected: str = ""
     actual: str = ""
     traceback: str = ""
@@ -38,6 +38,10 @@ class Failure:
     #   {"kind": "attention", "errors": [[float]] (per sequence, per query head: max |out - expected|),
     #    "tolerance": float, "dtype": str, "worst": [seq, head]}
     picture: dict[str, Any] | None = None
+    repro_zh: str = ""  # the same reproduction with its comments in Chinese (empty: use `repro`)
+
+    def repro_for(self, lang: str) -> str:
+        return self.repro_zh if lang == "zh" and self.repro_zh else self.repro
 
 
 @dataclass
