@@ -1,7 +1,7 @@
 """Read a submission (.ipynb or .py) into the code cells a fresh kernel would run.
 
 "Restart and run all": code cells top to bottom whatever their execution counts, outputs
-ignored, IPython magics and shell escapes turned into no-ops.  Input that cannot be read
+ignored, IPython magics and shell escapes turned into `get_ipython()` calls as a kernel does.  Input that cannot be read
 raises SubmissionError with a reason in both languages; nothing here runs student code.
 """
 
@@ -18,8 +18,9 @@ from pathlib import Path
 
 import nbformat
 
-# Cell magics whose body is still Python; any other cell magic (%%bash, %%html...) drops the cell.
-PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun"}
+# Cell magics whose body is Python, run once as the cell's code; the worker's stand-in shell
+# skips any other (%%bash, %%html...), as a grading run must.
+PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug"}
 PY_CELL_MARKER = re.compile(r"^# ?(%%|In\[[ 0-9]*\]:)")
 
 
@@ -171,11 +172,14 @@ def _python_cells(text: str) -> list[Cell]:
 
 
 def neutralise_ipython(source: str) -> str:
-    """Replace magics and shell escapes with `pass`, keeping line numbers and indentation.
+    """A cell as a Jupyter kernel would run it, as plain Python.
 
-    Valid Python is never touched: `!= 0` or `% block_size` at the start of a wrapped line is
-    an operator, not a shell escape.  Otherwise only lines that start a statement (outside
-    any open bracket) are candidates.
+    Valid Python is never touched (`!= 0` or `% block_size` at the start of a wrapped line is
+    an operator, not a shell escape).  Otherwise a `%%time`-like cell keeps its body as the
+    cell's code (so the grader sees the definitions in it), and IPython's own input
+    transformer turns magics and `!` lines into `get_ipython()` calls, which the worker's
+    stand-in shell runs as a notebook would (shell escapes do nothing while grading).
+    Without IPython, such lines become `pass`.
     """
     if _parses(source):
         return source
@@ -183,9 +187,32 @@ def neutralise_ipython(source: str) -> str:
     first = lines[0].strip() if lines else ""
     if first.startswith("%%"):
         magic = first[2:].split()[0] if first[2:].split() else ""
-        if magic not in PYTHON_CELL_MAGICS:
-            return "pass  # cell magic %%" + magic + " not run by the grader"
-        lines[0] = "pass  # " + first
+        if magic in PYTHON_CELL_MAGICS:
+            return neutralise_ipython("\n".join(["pass  # " + first, *lines[1:]]))
+    transformed = _ipython_transform(source)
+    if transformed is not None and _parses(transformed):
+        return transformed
+    return _blank_ipython_lines(source)
+
+
+def _ipython_transform(source: str) -> str | None:
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+    except ImportError:
+        return None
+    try:
+        return TransformerManager().transform_cell(source)
+    except Exception:  # IPython could not make sense of it either: the cell is reported as it is
+        return None
+
+
+def _blank_ipython_lines(source: str) -> str:
+    """Magics and shell escapes as `pass`, keeping line numbers and indentation."""
+    lines = source.split("\n")
+    first = lines[0].strip() if lines else ""
+    if first.startswith("%%"):
+        magic = first[2:].split()[0] if first[2:].split() else ""
+        return "pass  # cell magic %%" + magic + " not run by the grader"
     out = []
     depth = 0  # open brackets before this line (strings and comments are rare enough to ignore here)
     for line in lines:

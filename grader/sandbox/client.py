@@ -217,6 +217,7 @@ def _clean_error(raw: Any) -> dict[str, Any] | None:
         "traceback": str(raw.get("traceback", ""))[:4000],
         "not_implemented": raw.get("not_implemented") is True,
         "rejected_return": raw.get("rejected_return") is True,
+        "isa": [str(name)[:40] for name in raw.get("isa", [])][:20] if isinstance(raw.get("isa"), list) else [],
     }
 
 

@@ -24,8 +24,20 @@ answer is an observation to be checked, never a verdict.  What the judge measure
 # Bound here, before any cell can reassign them in the builtins module: the worker's own code
 # keeps working whatever a submission does to `builtins`.
 from builtins import (  # noqa: I001, UP029
+    ArithmeticError,
+    AssertionError,
+    AttributeError,
     BaseException,
     EOFError,
+    Exception,
+    IndexError,
+    KeyError,
+    LookupError,
+    MemoryError,
+    OSError,
+    RecursionError,
+    RuntimeError,
+    ZeroDivisionError,
     ImportError,
     NotImplementedError,
     TypeError,
@@ -38,8 +50,10 @@ from builtins import (  # noqa: I001, UP029
     exec,
     float,
     getattr,
+    hasattr,
     int,
     isinstance,
+    issubclass,
     len,
     list,
     min,
@@ -423,6 +437,18 @@ def become_reaper(lifeline, private_dir):
 
 # --- errors and plain data -------------------------------------------------------------
 
+# The contract says "raises RuntimeError": any subclass counts (torch.OutOfMemoryError, a
+# student's own class).  The judge cannot call isinstance across processes, so the worker
+# names the built-in classes the error is an instance of.
+EXCEPTION_CLASSES = (
+    ("ArithmeticError", ArithmeticError), ("AssertionError", AssertionError), ("AttributeError", AttributeError),
+    ("Exception", Exception), ("IndexError", IndexError), ("KeyError", KeyError), ("LookupError", LookupError),
+    ("MemoryError", MemoryError), ("NotImplementedError", NotImplementedError), ("OSError", OSError),
+    ("RecursionError", RecursionError), ("RuntimeError", RuntimeError), ("TypeError", TypeError),
+    ("ValueError", ValueError), ("ZeroDivisionError", ZeroDivisionError),
+)
+
+
 def describe_error(error):
     try:
         frames = [f for f in traceback.extract_tb(error.__traceback__) if str(f.filename).startswith("<cell")]
@@ -434,6 +460,7 @@ def describe_error(error):
         "message": _safe_str(error)[:2000],
         "not_implemented": isinstance(error, NotImplementedError),
         "rejected_return": isinstance(error, ReturnRejected),
+        "isa": [name for name, cls in EXCEPTION_CLASSES if isinstance(error, cls)],
         "traceback": shown,
     }
 
@@ -446,18 +473,38 @@ def _safe_str(value):
         return f"<unprintable {type(value).__name__}>"
 
 
+def _as_int(value):
+    """The int an integer-like value stands for (an int subclass, a numpy integer), else None.
+
+    bool is not an integer here, and neither is a float with an integral value: the contract
+    asks for exact integers.  torch tensors are left alone (they are not plain data).
+    """
+    kind = type(value)
+    if kind is bool or issubclass(kind, bool):
+        return None
+    if issubclass(kind, int):
+        return int.__index__(value)
+    if kind.__module__ == "numpy" and hasattr(kind, "__index__") and not hasattr(kind, "is_integer"):
+        try:
+            return int(value.__index__())
+        except BaseException:
+            return None
+    return None
+
+
 def plain(value, depth=0):
     """Turn a returned object into JSON data; anything that is not plain data is described."""
     kind = type(value)
     if value is None or kind is bool:
         return value
-    if kind is int:
-        return value if value.bit_length() <= MAX_INT_BITS else {"__object__": "builtins.int", "repr": f"<int of {value.bit_length()} bits>"}
+    as_int = _as_int(value)
+    if as_int is not None:
+        return as_int if as_int.bit_length() <= MAX_INT_BITS else {"__object__": "builtins.int", "repr": f"<int of {as_int.bit_length()} bits>"}
     if kind is str:
         return value if len(value) <= MAX_STR else {"__object__": "builtins.str", "repr": value[:200] + "..."}
     if kind is float:
         return value if value == value and value not in (float("inf"), float("-inf")) else {"__float__": repr(value)}
-    if depth < 4 and kind is dict:
+    if depth < 4 and isinstance(value, dict):  # an OrderedDict is a dict too
         return {"__dict__": [[plain(k, depth + 1), plain(v, depth + 1)] for k, v in list(dict.items(value))[:64]]}
     if depth < 4 and kind in (list, tuple):
         return {"__" + kind.__name__ + "__": [plain(v, depth + 1) for v in list(value)[:4096]]}
@@ -465,13 +512,16 @@ def plain(value, depth=0):
 
 
 def int_list(value, what):
-    if type(value) is not list:
-        raise TypeError(f"{what} should be a list, got {type(value).__name__}")
+    """A list of ints read from a list, tuple or deque (subclasses too) of integers."""
+    kind = type(value)
+    if not (issubclass(kind, (list, tuple)) or (kind.__module__ == "collections" and kind.__name__ == "deque")):
+        raise TypeError(f"{what} should be a list, got {kind.__name__}")
     out = []
-    for item in value:
-        if type(item) is not int:
+    for item in list(value):
+        as_int = _as_int(item)
+        if as_int is None:
             raise TypeError(f"{what} should hold ints, got {type(item).__name__}: {_safe_str(item)[:50]}")
-        out.append(item)
+        out.append(as_int)
     return out
 
 
@@ -564,8 +614,12 @@ class Session:
     def op_observe(self, msg):
         return None  # the reply's snapshot is the point
 
+    def op_reseed(self, msg):
+        reseed()  # each example starts from the same random state, whatever ran before it
+        return None
+
     def op_ledger(self, msg):
-        return plain(self.ns["estimate_kv_cache_bytes"](**msg["kwargs"]))
+        return plain(self.ns["estimate_kv_cache_bytes"](*msg.get("args", []), **msg.get("kwargs", {})))
 
     def op_new(self, msg):
         return self.new_handle(self.ns[msg["cls"]](**msg["kwargs"]))
@@ -576,13 +630,10 @@ class Session:
         return plain(getattr(target, msg["name"])(*args))
 
     def op_place(self, msg):
+        """Give a request blocks the way a correct prefill would: exactly what the reproduction
+        writes, `r.block_table = [m.free_blocks.pop(i) for i in indices]`."""
         manager, req = self.handles[msg["manager"]], self.handles[msg["request"]]
-        taken = set(msg["table"])
-        if type(manager.free_blocks) is not list:
-            raise TypeError("free_blocks should be a list")
-        manager.free_blocks[:] = [b for b in manager.free_blocks if b not in taken]
-        req.block_table = list(msg["table"])
-        req.seq_len = msg["seq_len"]
+        req.block_table = [manager.free_blocks.pop(i) for i in msg["indices"]]
         return None
 
     def op_set_table(self, msg):
@@ -607,10 +658,14 @@ class Session:
         shared = SharedInputs(msg["shared"]) if msg.get("shared") else None
         names = ("query", "key_cache", "value_cache", "block_tables", "seq_lens")
         inputs = {name: tensor_from(msg[name], device, shared) for name in names}
-        kwargs = dict(inputs)
-        if msg.get("scale") is not None:
-            kwargs["scale"] = msg["scale"]
-        out = self.ns["paged_attention"](**kwargs)
+        args = [inputs[name] for name in names]
+        # The reproduction calls it the same way: positionally, plus scale as the grader passes it.
+        if msg.get("scale_style") == "positional":
+            out = self.ns["paged_attention"](*args, msg["scale"])
+        elif msg.get("scale_style") == "keyword":
+            out = self.ns["paged_attention"](*args, scale=msg["scale"])
+        else:
+            out = self.ns["paged_attention"](*args)
         if device == "cuda":
             torch.cuda.synchronize()
         # Whether the inputs changed, the judge reads from the shared file itself.
@@ -641,9 +696,10 @@ class Session:
 
 
 def _plain_int(value, what):
-    if type(value) is not int:
+    as_int = _as_int(value)
+    if as_int is None:
         raise TypeError(f"{what} should be an int, got {type(value).__name__}")
-    return value
+    return as_int
 
 
 def _observe(read):
@@ -654,6 +710,72 @@ def _observe(read):
 
 
 # --- start-up: run the cells, then serve forks ----------------------------------------
+
+PYTHON_CELL_MAGICS = ("time", "timeit", "capture", "prun", "debug")
+
+
+class NotebookShell:
+    """What notebook code finds behind `get_ipython()`: IPython's calls, run as Jupyter runs them.
+
+    The judge turns magics and `!` lines into these calls with IPython's own input
+    transformer.  Magics whose body is Python run it once in the notebook's namespace; shell
+    escapes and the rest (%matplotlib, %pip, %load_ext, ...) do nothing while grading.
+    """
+
+    def __init__(self, namespace):
+        self.user_ns = namespace
+        self.config = {}
+        self.kernel = None
+
+    def _run(self, source, name):
+        if source.strip():
+            exec(compile(source, f"<%{name}>", "exec"), self.user_ns)
+
+    def run_line_magic(self, magic_name, line, _stack_depth=1):
+        if magic_name in PYTHON_CELL_MAGICS:
+            self._run(line, magic_name)
+        return None
+
+    def run_cell_magic(self, magic_name, line, cell):
+        if magic_name in PYTHON_CELL_MAGICS:
+            self._run(cell, magic_name)
+        elif magic_name == "writefile" and line.split():  # a file a later cell may import
+            words = line.split()
+            with open(words[-1], "a" if "-a" in words[:-1] else "w") as f:
+                f.write(cell)
+        return None
+
+    def magic(self, arg_s):
+        name, _, line = arg_s.lstrip("%").partition(" ")
+        return self.run_line_magic(name, line)
+
+    def system(self, cmd):
+        return None
+
+    def getoutput(self, cmd, split=True, depth=0):
+        return []
+
+    def push(self, variables, interactive=True):
+        self.user_ns.update(variables)
+
+    def register_magic_function(self, *args, **kwargs):
+        return None
+
+
+def display(*objs, **kwargs):
+    """IPython's display(): shown as text when grading (the output is kept for feedback only)."""
+    for obj in objs:
+        print(_safe_str(repr(obj))[:2000])
+
+
+def notebook_namespace():
+    """The namespace the cells run in, with what a Jupyter kernel provides."""
+    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    shell = NotebookShell(namespace)
+    namespace["get_ipython"] = lambda: shell
+    namespace["display"] = display
+    return namespace
+
 
 def run_cells(sock, cells, namespace):
     for index, source in cells:
@@ -704,7 +826,7 @@ def main(path, lifeline=None):
     control = connect(path)
     load = recv(control)
     send(control, {"event": "confined", **confine(load)})
-    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    namespace = notebook_namespace()
     reseed()
     run_cells(control, [(c["index"], c["source"]) for c in load["cells"]], namespace)
     send(
