@@ -1,8 +1,9 @@
 """Build the exercise's four artefacts from its one annotated source.
 
 The source is a percent-format Python file (see notebooks/source/paged_attention.py).
-From it come the reference package, the student template package and the solved and
-student notebooks, so that none of them can drift from the others.  ``--check`` only
+From it come the reference package, the student template package, the solved and
+student notebooks, and the fingerprint of the given code (grader/given_code.json, how the
+grader spots edits of given code), so that none of them can drift from the others.  ``--check`` only
 compares, for tests and CI.
 """
 
@@ -11,6 +12,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+
+from grader.given_code import fingerprint
 
 SOURCE = Path("notebooks/source/paged_attention.py")
 MODULE = "paged_attention"
@@ -135,6 +138,8 @@ def build(root: Path, source: Path = SOURCE) -> dict[Path, str]:
     for package, variant in (("reference", "solution"), ("student_template", "template")):
         files[Path(package) / f"{MODULE}.py"] = module_text(cells, variant, source)
         files[Path(package) / "__init__.py"] = package_init(variant)
+    template = files[Path("student_template") / f"{MODULE}.py"]
+    files[Path("grader") / "given_code.json"] = json.dumps(fingerprint(template), ensure_ascii=False, indent=1) + "\n"
     files[Path("notebooks") / f"{MODULE}_solution.ipynb"] = notebook_text(cells, "solution")
     files[Path("notebooks") / f"{MODULE}_student.ipynb"] = notebook_text(cells, "template")
     return files

@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from grader import integrity
+from grader import given_code, integrity
 from grader.config import Config, RubricItem
 from grader.results import FAILED, NOT_RUN, PASSED, CellReport, Failure, GradeResult, ItemResult, Text
 from grader.sandbox.client import LoadReport, Sandbox
@@ -21,6 +21,7 @@ from grader.submission import Submission, SubmissionError, load_submission
 
 if TYPE_CHECKING:
     from grader.checks import Check
+    from grader.checks.base import Grading
 
 
 def cuda_available() -> bool:
@@ -88,6 +89,7 @@ def grade_submission(submission: Submission, config: Config, device: str, todos:
         loader = threading.Thread(target=sandbox.load, daemon=True)
         loader.start()
         from grader.checks import CHECKS, REQUIRED_NAMES
+        from grader.checks.base import Grading
 
         loader.join()
         report = sandbox.report
@@ -114,6 +116,7 @@ def grade_submission(submission: Submission, config: Config, device: str, todos:
         # partial NotImplementedError (say, only for GQA) is an ordinary failure of that item.
         not_written: dict[str, Failure] = {}
         started: set[str] = set()
+        grading = Grading()
         with _hypothesis_home(sandbox.tmp):
             for item in config.items:
                 if todos is not None and item.todo not in todos:
@@ -125,13 +128,14 @@ def grade_submission(submission: Submission, config: Config, device: str, todos:
                 if item.todo in not_written:
                     result.items.append(_item(item, FAILED, not_written[item.todo]))
                     continue
-                outcome = _run_item(item, CHECKS, REQUIRED_NAMES, sandbox, report, config, device, deadline)
+                outcome = _run_item(item, CHECKS, REQUIRED_NAMES, sandbox, report, config, device, deadline, grading)
                 failure = outcome.failure
                 if item.todo not in started and failure is not None and failure.kind == "not_implemented" and outcome.examples <= 1:
                     not_written[item.todo] = failure
                 if outcome.status != NOT_RUN:
                     started.add(item.todo)
                 result.items.append(outcome)
+            result.given_code = _given_code(submission, sandbox, report, config, deadline, grading)
         result.output_excerpt, result.output_bytes = sandbox.output()
     if result.flags and config.zero_on_flag:
         flagged = Failure(
@@ -155,6 +159,21 @@ def _hypothesis_home(private: Path) -> Iterator[None]:
         set_hypothesis_home_dir(None)  # back to the default: HYPOTHESIS_STORAGE_DIRECTORY or ./.hypothesis
 
 
+def _given_code(submission: Submission, sandbox: Sandbox, report: LoadReport, config: Config, deadline: float, grading: Grading) -> list[Failure]:
+    """Edits of given code (by the AST) and given behaviour that differs (by running it)."""
+    from grader.checks.base import ItemContext
+    from grader.checks.given import check_given
+
+    edits = [Failure("given_changed", note) for note in given_code.changed([c.source for c in submission.cells])]
+    if not report.failed and time.monotonic() < deadline:
+        ctx = ItemContext(sandbox, config, "given", deadline, grading)
+        try:
+            check_given(ctx, set(report.names))
+        finally:
+            ctx.close()
+    return edits + list(grading.given.values())
+
+
 def _run_item(
     item: RubricItem,
     checks: dict[str, Check],
@@ -164,6 +183,7 @@ def _run_item(
     config: Config,
     device: str,
     deadline: float,
+    grading: Grading,
 ) -> ItemResult:
     if report.failed:
         return _item(item, FAILED, Failure("crashed", Text("提交的代码无法加载运行", "the submission's code could not be loaded"), actual=report.failed))
@@ -178,20 +198,21 @@ def _run_item(
         left = dataclasses.replace(config.limits, total_budget_s=max(1.0, deadline - started))
         with Sandbox(sandbox.cells, left, allow_cuda=True) as fresh:
             fresh.load()
-            return _timed(item, checks[item.id], fresh, config, started, deadline)
-    return _timed(item, checks[item.id], sandbox, config, started, deadline)
+            return _timed(item, checks[item.id], fresh, config, started, deadline, grading)
+    return _timed(item, checks[item.id], sandbox, config, started, deadline, grading)
 
 
-def _timed(item: RubricItem, check: Check, sandbox: Sandbox, config: Config, started: float, deadline: float) -> ItemResult:
+def _timed(item: RubricItem, check: Check, sandbox: Sandbox, config: Config, started: float, deadline: float, grading: Grading) -> ItemResult:
     from grader.checks.base import ItemContext
 
-    ctx = ItemContext(sandbox, config, item.id, deadline)
+    ctx = ItemContext(sandbox, config, item.id, deadline, grading)
     try:
         failure = check(ctx)
     finally:
         ctx.close()
     result = _item(item, PASSED if failure is None else FAILED, failure)
     result.examples = ctx.examples
+    result.exercised = sum(n for key, n in ctx.counts.items() if key.split(":")[0] == item.id)
     result.seconds = round(time.monotonic() - started, 3)
     return result
 

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from grader.checks.arrays import Array, decode, from_float32, round_to
-from grader.checks.attention import Case, make_inputs
+from grader.checks.attention_cases import Case, make_inputs, preamble, setup_lines
+from grader.checks.dense import fill
 from tests.conftest import ROOT
 
 
@@ -50,17 +51,23 @@ def test_payload_round_trips_and_rejects_lies() -> None:
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
-def test_inputs_are_what_the_reproduction_code_makes(dtype: str) -> None:
-    from grader.checks.attention import repro_text
-
-    case = Case(seed=7, dtype=dtype, num_heads=4, num_kv_heads=2, head_dim=8, block_size=4, num_blocks=5,
-                seq_lens=(3, 6), tables=((4, 0), (1, 3)), poisoned=(2,), poison_tails=True, scale=0.5, boost=30.0)
-    namespace: dict = {"torch": torch, "paged_attention": lambda *a, **k: None}
-    exec("\n".join(repro_text(case)), namespace)
+@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
+def test_inputs_are_what_the_reproduction_code_makes(dtype: str, index_dtype: str) -> None:
+    case = Case(seq_lens=(3, 6, 1), block_size=4, head_dim=8, num_kv_heads=2, group=2, dtype=dtype, shuffle=9, padding=2,
+                poison=True, scale=0.5, scale_style="keyword", boost=30.0, index_dtype=index_dtype, salt=77)
+    namespace: dict = {"paged_attention": lambda *a, **k: None}
+    exec("\n".join([*preamble(dense=False), *setup_lines(case)]), namespace)
     for name, array in make_inputs(case).items():
         tensor = namespace[name]
         assert str(tensor.dtype) == f"torch.{array.dtype}"
         assert np.array_equal(tensor.view(torch.int16).numpy().view(np.uint16) if array.dtype == "bfloat16" else tensor.numpy(), array.raw, equal_nan=True), name
+
+
+def test_the_fill_values_are_exact_in_every_dtype() -> None:
+    values = fill((4096,), 5)
+    assert set(np.unique(values * 64).astype(int)) <= set(range(-128, 129))
+    for dtype in ("float16", "bfloat16"):
+        assert np.array_equal(round_to(values, dtype), values.astype(np.float64))
 
 
 def test_the_judge_does_not_import_torch() -> None:

@@ -12,18 +12,14 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, seed, settings
 
-from grader.checks import attention
+from grader.checks.arrays import Array
+from grader.checks.attention_cases import FEATURES, Case, cases, make_inputs
+from grader.checks.dense import dense_attention, tolerance
 from tests.conftest import CORPUS, ROOT
 
 pytestmark = pytest.mark.slow
 
-STRATEGIES = {
-    "mha": attention.cases(),
-    "gqa": attention.cases(ratios=(2, 3, 4, 8)),
-    "paging": attention.cases(ratios=(1, 2), paging=True),
-    "scale": attention.cases(custom_scale=True, boost=True),
-    "low_precision": attention.cases(dtypes=("float16", "bfloat16"), ratios=(1, 2, 4)),
-}
+STRATEGIES = {"any": cases(), **{feature: cases(feature) for feature in FEATURES}}
 NAMES = ("query", "key_cache", "value_cache", "block_tables", "seq_lens")
 
 
@@ -35,7 +31,7 @@ def _load(path: Path) -> ModuleType:
     return module
 
 
-def _tensor(array: attention.Array) -> torch.Tensor:
+def _tensor(array: Array) -> torch.Tensor:
     tensor = torch.from_numpy(array.raw.copy())
     return tensor.view(torch.bfloat16) if array.dtype == "bfloat16" else tensor
 
@@ -46,13 +42,13 @@ def _worst_ratio(module: ModuleType, strategy, which_seed: int) -> float:
     @seed(which_seed)
     @settings(max_examples=30, database=None, deadline=None, suppress_health_check=list(HealthCheck))
     @given(strategy)
-    def run(case: attention.Case) -> None:
-        inputs = attention.make_inputs(case)
+    def run(case: Case) -> None:
+        inputs = make_inputs(case)
         values = {name: array.values() for name, array in inputs.items()}
-        reference = attention.dense_attention(values, case.scale)
-        tol = attention.tolerance(case, values, reference)
-        kwargs = {} if case.scale is None else {"scale": case.scale}
-        out = module.paged_attention(*(_tensor(inputs[n]) for n in NAMES), **kwargs)
+        reference = dense_attention(values, case.scale)
+        tol = tolerance(case.dtype, case.scale, values, reference)
+        args = [_tensor(inputs[n]) for n in NAMES]
+        out = module.paged_attention(*args) if case.scale is None else module.paged_attention(*args, scale=case.scale)
         error = float(np.abs(out.double().numpy() - reference).max())
         worst[0] = max(worst[0], error / tol if np.isfinite(error) else np.inf)
 
@@ -74,4 +70,4 @@ def test_correct_attention_stays_inside_the_tolerance_on_other_seeds(path: Path)
 @pytest.mark.parametrize("name", ["todo5_no_scale", "todo5_double_scale", "todo5_drops_last_token"])
 def test_numerically_wrong_attention_is_far_outside(name: str) -> None:
     module = _load(CORPUS / "buggy" / f"{name}.py")
-    assert _worst_ratio(module, STRATEGIES["mha"], 1) > 100
+    assert _worst_ratio(module, STRATEGIES["any"], 1) > 100

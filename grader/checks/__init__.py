@@ -13,8 +13,7 @@ Check = Callable[[ItemContext], "Failure | None"]
 CHECKS: dict[str, Check] = {
     "todo1.per_token": ledger.check_per_token,
     "todo1.per_block_and_total": ledger.check_per_block_and_total,
-    "todo1.rejects_nonpositive": ledger.check_rejects_nonpositive,
-    **{item_id: allocation.check_machine for item_id in allocation.MODES},
+    **{item_id: allocation.check_machine for item_id in allocation.NEEDS},
     "todo4.table_order": reconstruct.check_table_order,
     "todo4.truncate": reconstruct.check_truncate,
     "todo5.mha_fp32": attention.check_mha_fp32,

@@ -1,30 +1,48 @@
-"""What every check shares: the failure it raises, the session it drives, the way it runs hypothesis.
+"""What every check shares: failures, the session a check drives, and how an item is run.
 
-A check runs in the judge.  It sends operations to a sandbox session, keeps its own model
-of what should happen, and raises CheckFailure with a reproduction when the two disagree.
-Hypothesis shrinks that failure; the last one raised is the smallest, and is what we report.
+A check runs in the judge.  It sends operations to a sandbox session, keeps its own model of
+what should happen, and raises CheckFailure when the two disagree.  An item runs in two
+phases (`run_item`):
+
+1. its *corner cases*, a fixed list of small scenarios that must all finish: a submission
+   too slow to finish them fails ("too slow"), so time can never buy a pass;
+2. *exploration*: hypothesis draws more cases from the contract's domain until its example
+   budget or the item's time budget ends, and shrinks the first failure it finds.
+
+An item passes only if nothing failed *and* its property was actually checked enough times
+(`Need`): a method that does nothing is never "right by default".
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, settings
+from hypothesis.errors import Unsatisfiable
 
+from grader.checks.script import Script
 from grader.config import Config
 from grader.results import Failure, Text
 from grader.sandbox.client import BudgetExceeded, Reply, Sandbox, Session, WorkerLost
 
 
 class CheckFailure(AssertionError):
-    """The submission did something the contract forbids."""
+    """The submission did something the contract forbids.
 
-    def __init__(self, failure: Failure):
+    It remembers how to run its example again (`replay`) and which examples ran before it in
+    the same process (`history`), so that the item can confirm it from a fresh process.
+    """
+
+    def __init__(self, failure: Failure, replay: Callable[[], None] | None = None, history: Sequence[Callable[[], None]] = ()):
         super().__init__(failure.message.en)
         self.failure = failure
+        self.replay = replay
+        self.history = list(history)
 
 
 class Abort(BaseException):
@@ -35,73 +53,184 @@ class Abort(BaseException):
         self.failure = failure
 
 
+class Inconclusive(Exception):
+    """This example cannot go on (another property broke the state beyond reading): no verdict."""
+
+
 @dataclass
-class Repro:
-    """The reproduction of the current example, as the lines a student would type."""
+class Need:
+    """A pass needs the property behind `key` checked at least `minimum` times."""
 
-    lines: list[str] = field(default_factory=list)
+    key: str
+    minimum: int
+    zh: str  # what was not seen, e.g. "decode 从未取走空闲块"
+    en: str
 
-    def add(self, line: str) -> None:
-        self.lines.append(line)
 
-    def text(self, limit: int) -> str:
-        if len(self.lines) <= limit:
-            return "\n".join(self.lines)
-        head = self.lines[: limit // 4]
-        tail = self.lines[-(limit - len(head) - 1) :]
-        return "\n".join([*head, f"# ... {len(self.lines) - len(head) - len(tail)} more steps ...", *tail])
+@dataclass
+class Survey:
+    """One run of a TODO's model with every property on and none failing the run.
+
+    Each rubric item of the TODO reads its verdict from it: the checks that passed (counts),
+    the first example that broke its property (run again, with the item in focus, to find and
+    shrink the failure), or a reason that stops every item (not implemented, too slow, a hang).
+    """
+
+    counts: Counter[str]
+    witness: dict[str, Script]
+    recorded: dict[str, CheckFailure]
+    stopped: Failure | None
+    examples: int
+
+
+@dataclass
+class Grading:
+    """What items of one grading share: surveys, findings about given code and attention's inputs."""
+
+    given: dict[str, Failure] = field(default_factory=dict)  # by finding key, first one kept
+    mutations: list[Failure] = field(default_factory=list)  # paged_attention changed an input
+    surveys: dict[str, Survey] = field(default_factory=dict)  # by TODO
 
 
 class ItemContext:
     """The sandbox, configuration and bookkeeping one rubric item runs with."""
 
-    def __init__(self, sandbox: Sandbox, config: Config, item_id: str, submission_deadline: float | None = None):
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        config: Config,
+        item_id: str,
+        submission_deadline: float | None = None,
+        grading: Grading | None = None,
+        *,
+        survey: bool = False,
+        budget_s: float | None = None,
+    ):
         self.sandbox = sandbox
         self.config = config
-        self.item_id = item_id
-        self.deadline = time.monotonic() + config.limits.item_budget_s
+        self.item_id = item_id  # in a survey, the TODO ("todo2")
+        self.focus = None if survey else item_id  # the property whose violation fails the run
+        self.submission_deadline = submission_deadline
+        self.deadline = time.monotonic() + (budget_s or config.limits.item_budget_s)
         if submission_deadline is not None:
             self.deadline = min(self.deadline, submission_deadline)
+        self.recorded: dict[str, CheckFailure] = {}
+        self.grading = grading or Grading()
         self._session: Session | None = None
-        self.repro = Repro()
+        self.script = Script()
         self.examples = 0
+        self.counts: Counter[str] = Counter()
+        self.witness: dict[str, Script] = {}  # per Need key: a case where the property should have been seen
         self.last_failure: Failure | None = None
+        self.last_error: CheckFailure | None = None
+        self._replay: Callable[[], None] | None = None  # how to run the current example again
+        self.history: list[Callable[[], None]] = []  # earlier examples in the current session
+        self.session_scripts: list[Script] = []  # and what they wrote
 
-    def new_example(self) -> Repro:
+    # -- sessions ----------------------------------------------------------------------
+    def begin(self, replay: Callable[[], None] | None) -> Script:
+        """Start an example in the current session (a forked child, shared by the item's examples).
+
+        Examples share a process because a fork per example costs more than all the checks;
+        a failure is confirmed from a fresh process before it is reported (`confirm`).
+        """
+        if self._replay is not None:
+            self.history.append(self._replay)
+            self.session_scripts.append(self.script)
+        self._replay = replay
         self.examples += 1
-        self.repro = Repro()
-        return self.repro
+        self.script = Script()
+        self.call("reseed")  # every example starts from the same random state, wherever it runs
+        return self.script
 
     def session(self) -> Session:
         if self._session is None or not self._session.alive:
+            self.history, self.session_scripts, self._replay = [], [], None
             self._session = self.sandbox.session(self.deadline)
         return self._session
 
     def close(self) -> None:
         if self._session is not None:
             self._session.end()
+            self._session = None
+        self.history, self.session_scripts, self._replay = [], [], None
+
+    @contextmanager
+    def side_session(self) -> Iterator[None]:
+        """A fresh process for a side question (would this case pass without a feature?)."""
+        saved = (self._session, self.history, self.session_scripts, self._replay, self.script)
+        self._session = None
+        try:
+            yield
+        finally:
+            if self._session is not None:
+                self._session.end()
+            self._session, self.history, self.session_scripts, self._replay, self.script = saved
 
     def call(self, op: str, **fields: Any) -> Reply:
         """One operation.  A dead or hung worker stops the item with the steps so far."""
         try:
             return self.session().call(op, **fields)
         except WorkerLost as lost:
-            raise Abort(lost_failure(lost, self.repro, self.config)) from None
+            raise Abort(lost_failure(lost, self.script, self.config)) from None
 
-    def fail(self, kind: str, zh: str, en: str, *, expected: str = "", actual: str = "", traceback: str = "") -> CheckFailure:
-        failure = Failure(
+    # -- verdicts -------------------------------------------------------------------------
+    def focused(self, prop: str) -> bool:
+        """Whether a violation of `prop` fails this run (in a survey, none does)."""
+        return prop == self.focus
+
+    def record(self, prop: str, zh: str, en: str) -> None:
+        """In a survey: remember the first example that broke `prop`, to run again for its item."""
+        if self.focus is None and prop not in self.recorded:
+            failure = self.failure("wrong", zh, en)
+            self.recorded[prop] = CheckFailure(failure, self._replay, self.history)
+
+    def count(self, key: str, n: int = 1) -> None:
+        self.counts[key] += n
+
+    def missed(self, key: str, script: Script) -> None:
+        """Remember the first case where `key`'s property should have been exercised but was not."""
+        self.witness.setdefault(key, script.copy())
+
+    def failure(
+        self,
+        kind: str,
+        zh: str,
+        en: str,
+        *,
+        expected: str = "",
+        actual: str = "",
+        traceback: str = "",
+        picture: dict[str, Any] | None = None,
+        script: Script | None = None,
+    ) -> Failure:
+        shown = script or self.script
+        limit = self.config.feedback.max_repro_lines
+        return Failure(
             kind=kind,
             message=Text(zh, en),
-            repro=self.repro.text(self.config.feedback.max_repro_lines),
+            repro=shown.render("en", limit),
+            repro_zh=shown.render("zh", limit),
             expected=expected,
             actual=actual,
             traceback=traceback if self.config.feedback.show_traceback else "",
+            picture=picture,
         )
+
+    def fail(self, kind: str, zh: str, en: str, **details: Any) -> CheckFailure:
+        failure = self.failure(kind, zh, en, **details)
         self.last_failure = failure
-        return CheckFailure(failure)
+        error = CheckFailure(failure, self._replay, self.history)
+        self.last_error = error
+        return error
+
+    def given_finding(self, key: str, zh: str, en: str, **details: Any) -> None:
+        """Given (non-TODO) code behaves differently from the template's: no points, a note."""
+        if key not in self.grading.given:
+            self.grading.given[key] = self.failure("given", f"给定代码：{zh}", f"given code: {en}", **details)
 
 
-def lost_failure(lost: WorkerLost, repro: Repro, config: Config) -> Failure:
+def lost_failure(lost: WorkerLost, script: Script, config: Config) -> Failure:
     limit = config.limits.call_timeout_s
     messages = {
         "timeout": Text(
@@ -116,12 +245,20 @@ def lost_failure(lost: WorkerLost, repro: Repro, config: Config) -> Failure:
         "protocol": Text("提交的代码干扰了评分通道", "the submission interfered with the grading channel"),
     }
     message = messages.get(lost.reason, messages["protocol"])
+    lines = config.feedback.max_repro_lines
     return Failure(
         kind="timeout" if lost.reason == "timeout" else "crashed",
         message=message,
-        repro=repro.text(config.feedback.max_repro_lines),
+        repro=script.render("en", lines),
+        repro_zh=script.render("zh", lines),
         actual=lost.detail,
     )
+
+
+def raised(reply: Reply, builtin: str) -> bool:
+    """Whether the call raised an instance of a built-in exception class (subclasses count)."""
+    error = reply.error or {}
+    return not reply.ok and (builtin in error.get("isa", []) or error.get("type") == builtin)
 
 
 def student_error(ctx: ItemContext, reply: Reply, what: str, todo_label: str) -> BaseException:
@@ -130,10 +267,10 @@ def student_error(ctx: ItemContext, reply: Reply, what: str, todo_label: str) ->
     etype, message = str(error.get("type", "Error")), str(error.get("message", ""))[:500]
     if error.get("not_implemented"):
         return Abort(
-            Failure(
-                kind="not_implemented",
-                message=Text(f"{todo_label} 还没有实现（{what} 抛出 NotImplementedError）", f"{todo_label} is not implemented yet ({what} raised NotImplementedError)"),
-                repro=ctx.repro.text(ctx.config.feedback.max_repro_lines),
+            ctx.failure(
+                "not_implemented",
+                f"{todo_label} 还没有实现（{what} 抛出 NotImplementedError）",
+                f"{todo_label} is not implemented yet ({what} raised NotImplementedError)",
             )
         )
     if error.get("rejected_return"):
@@ -173,33 +310,145 @@ def hypothesis_settings(config: Config, max_examples: int, stateful: bool = Fals
     )
 
 
-def run_until_failure(ctx: ItemContext, run: Callable[[], None]) -> Failure | None:
-    """Run a hypothesis test; return the smallest failure it found, or None when it passed."""
+Plan = Callable[[ItemContext], tuple[Sequence[Callable[[], None]], Callable[[], None] | None]]
+
+
+def grade_item(ctx: ItemContext, todo: str, items: int, plan: Plan, needs: Sequence[Need]) -> Failure | None:
+    """An item's verdict from its TODO's survey; a focused run only where the survey saw it fail.
+
+    `plan(ctx)` gives the corner cases and the exploration for a context: in a survey, those of
+    every item of the TODO; in focus, the item's own (where its failure is found and shrunk).
+    """
+    survey = ctx.grading.surveys.get(todo)
+    if survey is None:
+        budget = ctx.config.limits.item_budget_s * items
+        surveying = ItemContext(ctx.sandbox, ctx.config, todo, ctx.submission_deadline, ctx.grading, survey=True, budget_s=budget)
+        corners, explore = plan(surveying)
+        stopped = run_item(surveying, corners, explore)
+        survey = Survey(surveying.counts, surveying.witness, surveying.recorded, stopped, surveying.examples)
+        ctx.grading.surveys[todo] = survey
+    ctx.counts.update(survey.counts)
+    ctx.examples = survey.examples
+    if survey.stopped is not None:
+        return survey.stopped
+    recorded = survey.recorded.get(ctx.item_id)
+    if recorded is not None:
+        corners, explore = plan(ctx)
+        return run_item(ctx, corners, explore) or confirm(ctx, recorded)
+    ctx.witness = {**survey.witness, **ctx.witness}
+    return check_needs(ctx, needs)
+
+
+def check_needs(ctx: ItemContext, needs: Sequence[Need]) -> Failure | None:
+    for need in needs:
+        seen = ctx.counts[need.key]
+        if seen < need.minimum:
+            witness = ctx.witness.get(need.key)
+            return ctx.failure(
+                "not_exercised",
+                f"{need.zh}（检查到 {seen} 次，至少需要 {need.minimum} 次）",
+                f"{need.en} (checked {seen} {'time' if seen == 1 else 'times'}, at least {need.minimum} needed)",
+                script=witness or Script(),
+            )
+    return None
+
+
+def run_item(
+    ctx: ItemContext,
+    corners: Sequence[Callable[[], None]],
+    explore: Callable[[], None] | None,
+    needs: Sequence[Need] = (),
+) -> Failure | None:
+    """Corner cases (all must finish), then exploration (the budget may cut it), then the needs."""
+    started = time.monotonic()
+    done = 0
     try:
-        run()
+        for corner in corners:
+            try:
+                corner()
+            except Inconclusive:
+                pass
+            done += 1
     except CheckFailure as failure:
-        return failure.failure
+        ctx.close()
+        return confirm(ctx, failure)
     except Abort as abort:
         return abort.failure
     except BudgetExceeded:
-        if ctx.last_failure is not None:
-            return ctx.last_failure
-        if ctx.examples > 1:
-            # Slow but never wrong: every case that finished passed.  Time limits only stop
-            # code that hangs (a hung call fails by its own, shorter, limit).
-            return None
-        limit = ctx.config.limits.item_budget_s
-        return Failure(
-            "budget",
-            Text(f"这一项的检查超过了 {limit:g} 秒的时间预算", f"this item's checks ran past its {limit:g} s time budget"),
-            repro=ctx.repro.text(ctx.config.feedback.max_repro_lines),
+        seconds = time.monotonic() - started
+        return ctx.failure(
+            "too_slow",
+            f"太慢：{seconds:.0f} 秒内只完成了 {done}/{len(corners)} 个边界用例（每个用例都必须完成）",
+            f"too slow: {done} of {len(corners)} corner cases in {seconds:.0f} s (every corner case must finish)",
         )
+    finally:
+        ctx.close()
+    if explore is not None:
+        failure = _explore(ctx, explore)
+        if failure is not None:
+            return failure
+    return check_needs(ctx, needs)
+
+
+def confirm(ctx: ItemContext, error: CheckFailure) -> Failure:
+    """The failure as seen from a fresh process, with the calls it needs written out.
+
+    Run alone, the example usually fails again: that run's reproduction is reported.  If it
+    only fails after earlier examples of the same process (state kept between calls), it is
+    run again after the one before it, then after the last few; what fails is reported with
+    all of them.  A failure that never comes back is reported as it was seen.
+    """
+    if error.replay is None:
+        return error.failure
+    attempts: list[list[Callable[[], None]]] = [[]]
+    if error.history:
+        attempts += [error.history[-1:], error.history[-4:]]
+    for earlier in attempts:
+        ctx.close()
+        try:
+            for run in earlier:
+                try:
+                    run()
+                except (CheckFailure, Inconclusive):
+                    pass
+            error.replay()
+        except CheckFailure as again:
+            if not earlier:
+                return again.failure
+            shown = Script([line for script in ctx.session_scripts for line in script.lines] + ctx.script.lines)
+            limit = ctx.config.feedback.max_repro_lines
+            again.failure.repro, again.failure.repro_zh = shown.render("en", limit), shown.render("zh", limit)
+            return again.failure
+        except (Abort, BudgetExceeded, Inconclusive):
+            break
+        finally:
+            ctx.close()
+    return error.failure
+
+
+def _explore(ctx: ItemContext, run: Callable[[], None]) -> Failure | None:
+    """A hypothesis run: the smallest failure it found, or None.  Time running out is no failure."""
+    try:
+        run()
+    except CheckFailure as failure:
+        ctx.close()
+        return confirm(ctx, failure)
+    except Abort as abort:
+        return abort.failure
+    except BudgetExceeded:
+        # Found before the budget ended (while shrinking), else nothing.
+        return confirm(ctx, ctx.last_error) if ctx.last_error is not None else None
+    except Unsatisfiable:
+        return None
     except Exception as error:  # Flaky and friends: keep the last real failure we saw
-        if ctx.last_failure is not None:
-            return ctx.last_failure
+        if ctx.last_error is not None:
+            ctx.close()
+            return confirm(ctx, ctx.last_error)
         return Failure(
             "error",
             Text(f"检查无法完成：{type(error).__name__}", f"the check could not complete: {type(error).__name__}"),
             actual=str(error)[:500],
         )
+    finally:
+        ctx.close()
     return None

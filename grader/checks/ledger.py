@@ -1,151 +1,143 @@
-"""TODO 1: the KV-cache capacity ledger, as properties over random dimensions."""
+"""TODO 1: the KV-cache capacity ledger, over its whole domain.
+
+Domain: every dimension is any positive int (Python ints are unbounded: products past 2**53
+lose exactness in a float, past 2**63 overflow in numpy or torch), `dtype_bytes` defaults to
+2 and may be left out, and the function may be called positionally or by keyword.  Each
+field must be the exact int.  Validation and `layout_shape` are given code: they earn no
+points here and are checked with the rest of the given code (grader/checks/given.py).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import given, seed
 from hypothesis import strategies as st
 
-from grader.checks.base import ItemContext, hypothesis_settings, run_until_failure, student_error
+from grader.checks.base import ItemContext, Need, grade_item, hypothesis_settings, student_error
+from grader.checks.values import as_dict, show
 from grader.results import Failure
 
 FIELDS = ("num_blocks", "block_size", "num_layers", "num_kv_heads", "head_dim", "dtype_bytes")
 LABEL = "TODO 1"
+MIN_CHECKED = 10
 
-# Distinct small primes per dimension would hide nothing; random ranges include 1 and
-# values large enough that a float result loses exactness.
+_dimension = st.one_of(st.integers(1, 8), st.integers(1, 4096), st.integers(1, 10**12))
 dims = st.fixed_dictionaries(
     {
-        "num_blocks": st.integers(1, 100_000),
-        "block_size": st.integers(1, 256),
-        "num_layers": st.integers(1, 128),
-        "num_kv_heads": st.integers(1, 64),
-        "head_dim": st.integers(1, 512),
-        "dtype_bytes": st.sampled_from([1, 2, 4, 8]),
+        "num_blocks": _dimension,
+        "block_size": _dimension,
+        "num_layers": _dimension,
+        "num_kv_heads": _dimension,
+        "head_dim": _dimension,
+        "dtype_bytes": st.one_of(st.sampled_from([1, 2, 4, 8]), st.integers(1, 64)),
     }
+)
+# How the call is written: keywords, positionally, or leaving dtype_bytes to its default of 2.
+styles = st.sampled_from(["keyword", "positional", "default_dtype"])
+
+# Distinct primes expose a missing or doubled factor; the big ones break float and int64.
+CORNERS: tuple[tuple[dict[str, int], str], ...] = (
+    ({"num_blocks": 1, "block_size": 1, "num_layers": 1, "num_kv_heads": 1, "head_dim": 1, "dtype_bytes": 1}, "keyword"),
+    ({"num_blocks": 3, "block_size": 5, "num_layers": 7, "num_kv_heads": 11, "head_dim": 13, "dtype_bytes": 2}, "keyword"),
+    ({"num_blocks": 17, "block_size": 16, "num_layers": 32, "num_kv_heads": 8, "head_dim": 128, "dtype_bytes": 2}, "default_dtype"),
+    ({"num_blocks": 3, "block_size": 5, "num_layers": 7, "num_kv_heads": 11, "head_dim": 13, "dtype_bytes": 4}, "positional"),
+    ({"num_blocks": 2, "block_size": 3, "num_layers": 5, "num_kv_heads": 7, "head_dim": 11, "dtype_bytes": 1}, "default_dtype"),
+    ({"num_blocks": 10**6 + 3, "block_size": 4099, "num_layers": 997, "num_kv_heads": 193, "head_dim": 8191, "dtype_bytes": 8}, "keyword"),
+    ({"num_blocks": 10**12 + 39, "block_size": 10**6 + 3, "num_layers": 10**4 + 7, "num_kv_heads": 10**3 + 9, "head_dim": 10**5 + 3, "dtype_bytes": 8}, "positional"),
+    ({"num_blocks": 5, "block_size": 1, "num_layers": 3, "num_kv_heads": 1, "head_dim": 64, "dtype_bytes": 3}, "keyword"),
 )
 
 
-def expected(d: dict[str, int]) -> dict[str, Any]:
-    per_token = 2 * d["num_layers"] * d["num_kv_heads"] * d["head_dim"] * d["dtype_bytes"]
+def expected(d: dict[str, int], style: str) -> dict[str, int]:
+    dtype_bytes = 2 if style == "default_dtype" else d["dtype_bytes"]
+    per_token = 2 * d["num_layers"] * d["num_kv_heads"] * d["head_dim"] * dtype_bytes
     per_block = per_token * d["block_size"]
-    return {
-        "kv_bytes_per_token": per_token,
-        "kv_bytes_per_block": per_block,
-        "total_cache_bytes": per_block * d["num_blocks"],
-        "layout_shape": [d["num_layers"], 2, d["num_kv_heads"], d["block_size"], d["head_dim"]],
-    }
+    return {"kv_bytes_per_token": per_token, "kv_bytes_per_block": per_block, "total_cache_bytes": per_block * d["num_blocks"]}
 
 
-def _call_text(d: dict[str, int]) -> str:
-    return "ledger = estimate_kv_cache_bytes(" + ", ".join(f"{k}={d[k]}" for k in FIELDS) + ")"
+def call_fields(d: dict[str, int], style: str) -> dict[str, Any]:
+    if style == "positional":
+        return {"args": [d[k] for k in FIELDS]}
+    return {"kwargs": {k: d[k] for k in FIELDS if not (style == "default_dtype" and k == "dtype_bytes")}}
 
 
-def _as_dict(value: Any) -> dict[str, Any] | None:
-    if isinstance(value, dict) and "__dict__" in value:
-        return {str(k): v for k, v in value["__dict__"] if isinstance(k, str)}
+def call_text(d: dict[str, int], style: str) -> str:
+    if style == "positional":
+        return "ledger = estimate_kv_cache_bytes(" + ", ".join(str(d[k]) for k in FIELDS) + ")"
+    names = [k for k in FIELDS if not (style == "default_dtype" and k == "dtype_bytes")]
+    return "ledger = estimate_kv_cache_bytes(" + ", ".join(f"{k}={d[k]}" for k in names) + ")"
+
+
+FIELDS_OF = {"todo1.per_token": ("kv_bytes_per_token",), "todo1.per_block_and_total": ("kv_bytes_per_block", "total_cache_bytes")}
+
+
+def check_case(ctx: ItemContext, d: dict[str, int], style: str) -> None:
+    """One call; each field is checked for the item it belongs to (every item in a survey)."""
+    script = ctx.begin(lambda: check_case(ctx, d, style))
+    comment = ("dtype_bytes left to its default, 2", "dtype_bytes 使用默认值 2") if style == "default_dtype" else ("", "")
+    script.add(call_text(d, style), *comment)
+    reply = ctx.call("ledger", **call_fields(d, style))
+    if not reply.ok:
+        raise student_error(ctx, reply, "estimate_kv_cache_bytes", LABEL)
+    got = as_dict(reply.value)
+    if got is None:
+        script.expect("isinstance(ledger, dict)", "expected a dict, got {type(ledger).__name__}")
+        raise ctx.fail("wrong", "返回值应当是 dict", "the result should be a dict", expected="dict", actual=show(reply.value))
+    want = expected(d, style)
+    for item, fields in FIELDS_OF.items():
+        if ctx.focus not in (None, item):
+            continue
+        problem = _problem(got, want, fields)
+        if problem is None:
+            ctx.count(item)
+            continue
+        if not ctx.focused(item):
+            ctx.record(item, problem[2], problem[3])
+            continue
+        condition, message, zh, en, expected_text, actual = problem
+        script.expect(condition, message)
+        raise ctx.fail("wrong", zh, en, expected=expected_text, actual=actual)
+
+
+def _problem(got: dict[str, Any], want: dict[str, int], fields: tuple[str, ...]) -> tuple[str, str, str, str, str, str] | None:
+    for name in fields:
+        value, target = got.get(name), want[name]
+        if type(value) is not int:
+            return (
+                f"type(ledger[{name!r}]) is int",
+                f"{name} should be an exact int, got {{ledger[{name!r}]!r}}",
+                f"{name} 应当是精确的 int（不要用 / 做除法、不要转成 float 或张量）",
+                f"{name} should be an exact int (no / division, no float, no tensor)",
+                f"int {target}",
+                show(value),
+            )
+        if value != target:
+            return (
+                f"ledger[{name!r}] == {target}",
+                f"{name}: expected {target}, got {{ledger[{name!r}]}}",
+                f"{name} 计算错误：应为 {target}，实际 {value}",
+                f"{name} is wrong: expected {target}, got {value}",
+                str(target),
+                str(value),
+            )
     return None
 
 
-def _show(value: Any) -> str:
-    """A returned value (as the worker described it) the way a student would print it."""
-    if isinstance(value, dict):
-        if "__list__" in value or "__tuple__" in value:
-            return "[" + ", ".join(_show(v) for v in value.get("__list__", value.get("__tuple__"))) + "]"
-        if "__dict__" in value:
-            return "{" + ", ".join(f"{_show(k)}: {_show(v)}" for k, v in value["__dict__"]) + "}"
-        if "__object__" in value:
-            return f"{value.get('repr')} ({value['__object__']})"
-        if "__float__" in value:
-            return str(value["__float__"])
-        return repr(value)
-    return repr(value)
+def plan(run: ItemContext) -> tuple[list[Callable[[], None]], Callable[[], None]]:
+    @seed(run.config.hypothesis.seed)
+    @hypothesis_settings(run.config, run.config.hypothesis.max_examples)
+    @given(dims, styles)
+    def explore(d: dict[str, int], style: str) -> None:
+        check_case(run, d, style)
+
+    return [lambda d=d, style=style: check_case(run, d, style) for d, style in CORNERS], explore
 
 
-def check_ledger(ctx: ItemContext, fields: tuple[str, ...]) -> Failure | None:
-    """The given fields of the ledger equal the exact integers for random dimensions."""
-
-    @seed(ctx.config.hypothesis.seed)
-    @hypothesis_settings(ctx.config, ctx.config.hypothesis.max_examples)
-    @given(dims)
-    def prop(d: dict[str, int]) -> None:
-        repro = ctx.new_example()
-        repro.add(_call_text(d))
-        reply = ctx.call("ledger", kwargs=d)
-        if not reply.ok:
-            raise student_error(ctx, reply, "estimate_kv_cache_bytes", LABEL)
-        got = _as_dict(reply.value)
-        if got is None:
-            raise ctx.fail("wrong", "返回值应当是 dict", "the result should be a dict", expected="dict", actual=_show(reply.value))
-        want = expected(d)
-        for name in fields:
-            value, target = got.get(name), want[name]
-            if name == "layout_shape":
-                shown = value.get("__list__", value.get("__tuple__")) if isinstance(value, dict) else None
-                if shown != target:
-                    repro.add(f"ledger[{name!r}]  # expected {target}, got {_show(value)}")
-                    raise ctx.fail("wrong", f"{name} 不正确", f"{name} is wrong", expected=repr(target), actual=_show(value))
-                continue
-            if type(value) is not int:
-                repro.add(f"type(ledger[{name!r}])  # expected int, got {_show(value)}")
-                raise ctx.fail(
-                    "wrong",
-                    f"{name} 应当是精确的 int（不要用 / 做除法或得到 float）",
-                    f"{name} should be an exact int (no / division, no float)",
-                    expected=f"int {target}",
-                    actual=_show(value),
-                )
-            if value != target:
-                repro.add(f"ledger[{name!r}]  # expected {target}, got {value}")
-                raise ctx.fail(
-                    "wrong",
-                    f"{name} 计算错误：应为 {target}，实际 {value}",
-                    f"{name} is wrong: expected {target}, got {value}",
-                    expected=str(target),
-                    actual=str(value),
-                )
-
-    return run_until_failure(ctx, prop)
+def check_ledger(ctx: ItemContext) -> Failure | None:
+    need = Need(ctx.item_id, MIN_CHECKED, "账本的值被检查的次数不够", "too few ledger values could be checked")
+    return grade_item(ctx, "todo1", len(FIELDS_OF), plan, [need])
 
 
-def check_per_token(ctx: ItemContext) -> Failure | None:
-    return check_ledger(ctx, ("kv_bytes_per_token",))
-
-
-def check_per_block_and_total(ctx: ItemContext) -> Failure | None:
-    return check_ledger(ctx, ("kv_bytes_per_block", "total_cache_bytes", "layout_shape"))
-
-
-def check_rejects_nonpositive(ctx: ItemContext) -> Failure | None:
-    @seed(ctx.config.hypothesis.seed)
-    @hypothesis_settings(ctx.config, ctx.config.hypothesis.max_examples)
-    @given(dims, st.sampled_from(FIELDS), st.integers(-5, 0))
-    def prop(d: dict[str, int], field: str, bad: int) -> None:
-        d = {**d, field: bad}
-        repro = ctx.new_example()
-        repro.add(_call_text(d))
-        reply = ctx.call("ledger", kwargs=d)
-        if reply.ok:
-            repro.add("# expected ValueError, but it returned normally")
-            raise ctx.fail(
-                "wrong",
-                f"{field}={bad} 时应抛出 ValueError，却正常返回了",
-                f"{field}={bad} should raise ValueError, but the call returned",
-                expected="ValueError",
-                actual="returned " + _show(reply.value)[:200],
-            )
-        error = reply.error or {}
-        if error.get("not_implemented"):
-            raise student_error(ctx, reply, "estimate_kv_cache_bytes", LABEL)
-        if error.get("type") != "ValueError":
-            repro.add(f"# expected ValueError, got {error.get('type')}")
-            raise ctx.fail(
-                "wrong",
-                f"{field}={bad} 时应抛出 ValueError，实际抛出 {error.get('type')}",
-                f"{field}={bad} should raise ValueError, got {error.get('type')}",
-                expected="ValueError",
-                actual=f"{error.get('type')}: {error.get('message')}",
-            )
-
-    return run_until_failure(ctx, prop)
+check_per_token = check_per_block_and_total = check_ledger

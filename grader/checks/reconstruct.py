@@ -1,126 +1,180 @@
 """TODO 4: rebuilding the logical cache from a block table.
 
-The pool holds recognisable values (100 * block + slot, plus head_dim / 100 along the last
-axis) and NaN everywhere a correct read never looks: blocks outside the table and the
-unused tail of the last block.  Reading the wrong block, in the wrong order, or too far,
-shows as a wrong value or a NaN.
+Domain: any positive block_size, num_blocks and head_dim; a block table in any order (not
+physical order), seq_len anywhere in its last block; and reads interleaved with writes of the
+pool and with the request growing (as decode grows it), so that a result cached from an
+earlier call shows.  The slots the request reads hold recognisable values (10000 * write +
+100 * block + slot + d / 100); every other slot is NaN.
+
+Attribution: a failing read is the truncation item's when it needs a partial last block to
+fail (the same example with every block full passes); anything else is the table-order
+item's (reading the right blocks in table order, and the current pool and table).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import numpy as np
 from hypothesis import given, seed
 from hypothesis import strategies as st
 
 from grader.checks.arrays import Array, decode
-from grader.checks.base import ItemContext, hypothesis_settings, run_until_failure, student_error
+from grader.checks.base import CheckFailure, ItemContext, Need, grade_item, hypothesis_settings, student_error
+from grader.checks.script import Script
 from grader.results import Failure
 
 LABEL = "TODO 4"
+ORDER, TRUNCATE = "todo4.table_order", "todo4.truncate"
 
 
-@st.composite
-def layouts(draw: st.DrawFn, full_blocks: bool, shuffled: bool) -> tuple[int, int, int, int, list[int]]:
-    block_size = draw(st.sampled_from([1, 2, 3, 4, 8]), label="block_size")
-    num_blocks = draw(st.integers(1, 10), label="num_blocks")
-    head_dim = draw(st.sampled_from([1, 2, 3]), label="head_dim")
-    used = draw(st.integers(1, num_blocks), label="blocks used")
-    if full_blocks:
-        seq_len = used * block_size
-    else:
-        seq_len = draw(st.integers((used - 1) * block_size + 1, used * block_size), label="seq_len")
-    if shuffled:
-        table = draw(st.permutations(range(num_blocks)), label="table")[:used]
-        if used > 1 and table == sorted(table):
-            table = table[::-1]  # make sure physical order and table order differ
-    else:
-        table = sorted(draw(st.permutations(range(num_blocks)), label="table")[:used])
-    return num_blocks, block_size, head_dim, seq_len, table
+@dataclass(frozen=True)
+class Example:
+    num_blocks: int
+    block_size: int
+    head_dim: int
+    table: tuple[int, ...]
+    seq_len: int
+    events: tuple[tuple[str, int], ...] = (("read", 0),)  # ("read", 0), ("write", 0), ("grow", tokens)
+
+    def full(self) -> Example:
+        """The same example with every block full: no tail for truncation to cut."""
+        bs, used = self.block_size, len(self.table)
+        events: list[tuple[str, int]] = []
+        for kind, n in self.events:
+            if kind == "grow":
+                blocks = min(-(-n // bs), self.num_blocks - used)
+                if not blocks:
+                    continue
+                used += blocks
+                n = blocks * bs
+            events.append((kind, n))
+        return replace(self, seq_len=len(self.table) * bs, events=tuple(events))
 
 
-def make_pool(num_blocks: int, block_size: int, head_dim: int, seq_len: int, table: list[int]) -> np.ndarray:
-    pool = np.full((num_blocks, block_size, head_dim), np.nan, dtype=np.float32)
-    values = (
-        100 * np.arange(num_blocks).reshape(-1, 1, 1)
-        + np.arange(block_size).reshape(1, -1, 1)
-        + np.arange(head_dim).reshape(1, 1, -1) / 100
-    ).astype(np.float32)
-    for position in range(seq_len):
-        block, slot = table[position // block_size], position % block_size
-        pool[block, slot] = values[block, slot]
+@dataclass
+class Problem:
+    read: int  # which read failed (0 = first)
+    zh: str
+    en: str
+    expected: str
+    actual: str
+    asserts: list[tuple[str, str]]
+
+
+def pool_values(ex: Example, table: list[int], seq_len: int, write: int) -> np.ndarray:
+    pool = np.full((ex.num_blocks, ex.block_size, ex.head_dim), np.nan, dtype=np.float32)
+    fraction = np.arange(ex.head_dim, dtype=np.float32) / np.float32(100)
+    for p in range(seq_len):
+        block, slot = table[p // ex.block_size], p % ex.block_size
+        pool[block, slot] = np.float32(10000 * write + 100 * block + slot) + fraction
     return pool
 
 
-def repro_lines(num_blocks: int, block_size: int, head_dim: int, seq_len: int, table: list[int]) -> list[str]:
+def set_up_lines(ex: Example) -> list[str]:
+    bs, hd = ex.block_size, ex.head_dim
     return [
-        f"m = KVCacheManager(num_blocks={num_blocks}, block_size={block_size}, head_dim={head_dim})",
-        "m.physical_kv_cache.fill_(float('nan'))  # slots a correct read never touches",
-        f"for position in range({seq_len}):",
-        f"    block, slot = {table}[position // {block_size}], position % {block_size}",
-        f"    m.physical_kv_cache[block, slot] = 100 * block + slot + torch.arange({head_dim}) / 100",
-        f"r = Request(request_id=0, prompt_len={seq_len})",
-        f"r.block_table = {table}",
-        "out = m.get_physical_cache(r)",
+        f"m = KVCacheManager(num_blocks={ex.num_blocks}, block_size={bs}, head_dim={hd})",
+        f"r = Request(request_id=0, prompt_len={ex.seq_len})",
+        f"r.block_table = {list(ex.table)}",
+        "def fill(write):  # the slots r reads hold 10000 * write + 100 * block + slot + d / 100; every other slot NaN",
+        "    m.physical_kv_cache.fill_(float('nan'))",
+        "    for p in range(r.seq_len):",
+        f"        b, s = r.block_table[p // {bs}], p % {bs}",
+        f"        m.physical_kv_cache[b, s] = 10000 * write + 100 * b + s + torch.arange({hd}) / 100",
+        "def expected():",
+        f"    return torch.stack([m.physical_kv_cache[r.block_table[p // {bs}], p % {bs}] for p in range(r.seq_len)])",
+        "fill(0)",
     ]
 
 
-def check_reconstruction(ctx: ItemContext, full_blocks: bool, shuffled: bool) -> Failure | None:
-    @seed(ctx.config.hypothesis.seed)
-    @hypothesis_settings(ctx.config, ctx.config.hypothesis.max_examples)
-    @given(layouts(full_blocks, shuffled))
-    def prop(layout: tuple[int, int, int, int, list[int]]) -> None:
-        num_blocks, block_size, head_dim, seq_len, table = layout
-        repro = ctx.new_example()
-        for line in repro_lines(*layout):
-            repro.add(line)
-        made = ctx.call("new", cls="KVCacheManager", kwargs={"num_blocks": num_blocks, "block_size": block_size, "head_dim": head_dim})
-        if not made.ok:
-            raise student_error(ctx, made, "KVCacheManager(...)", LABEL)
-        req = ctx.call("new", cls="Request", kwargs={"request_id": 0, "prompt_len": seq_len})
-        if not req.ok:
-            raise student_error(ctx, req, "Request(...)", LABEL)
-        pool = make_pool(*layout)
-        for op, fields in (
-            ("set_pool", {"manager": made.value, "tensor": Array(pool, "float32").payload()}),
-            ("set_table", {"request": req.value, "table": table, "seq_len": seq_len}),
-        ):
-            reply = ctx.call(op, **fields)
-            if not reply.ok:
-                raise student_error(ctx, reply, "setting up the pool", LABEL)
-        reply = ctx.call("get_cache", manager=made.value, request=req.value)
-        if not reply.ok:
-            raise student_error(ctx, reply, "m.get_physical_cache(r)", LABEL)
-        try:
-            answer = decode(reply.value)
-        except (TypeError, ValueError):
-            raise ctx.fail("wrong", "get_physical_cache 应返回 torch.Tensor", "get_physical_cache should return a torch.Tensor", actual=str(reply.value)[:200]) from None
-        want = np.stack([pool[table[p // block_size], p % block_size] for p in range(seq_len)])
-        if answer.shape != want.shape:
-            repro.add(f"out.shape  # expected {want.shape}, got {answer.shape}")
-            raise ctx.fail(
-                "wrong",
-                f"形状应为 [seq_len, head_dim] = {list(want.shape)}，实际 {list(answer.shape)}",
-                f"the shape should be [seq_len, head_dim] = {list(want.shape)}, got {list(answer.shape)}",
-                expected=str(list(want.shape)),
-                actual=str(list(answer.shape)),
-            )
-        out = answer.values().astype(np.float32) if answer.dtype in ("float64", "float32", "float16", "bfloat16") else None
-        if out is None or not np.array_equal(out, want):
-            bad = _first_bad_row(out, want)
-            block, slot = table[bad // block_size], bad % block_size
-            got = out[bad].tolist() if out is not None else f"dtype {answer.dtype}"
-            repro.add(f"out[{bad}]  # expected block {block} slot {slot}: {want[bad].tolist()}, got {got}")
-            raise ctx.fail(
-                "wrong",
-                f"第 {bad} 个逻辑位置应来自物理块 {block} 的第 {slot} 个槽（按块表顺序），实际读到 {_describe(got)}",
-                f"logical position {bad} should come from physical block {block}, slot {slot} (block-table order); got {_describe(got)}",
-                expected=str(want[bad].tolist()),
-                actual=str(got),
-            )
+def run_example(ctx: ItemContext, ex: Example, script: Script, count: bool = True) -> Problem | None:
+    """Drive one example in a fresh session; the first read that goes wrong, or None."""
+    made = ctx.call("new", cls="KVCacheManager", kwargs={"num_blocks": ex.num_blocks, "block_size": ex.block_size, "head_dim": ex.head_dim})
+    if not made.ok:
+        raise student_error(ctx, made, "KVCacheManager(...)", LABEL)
+    req = ctx.call("new", cls="Request", kwargs={"request_id": 0, "prompt_len": ex.seq_len})
+    if not req.ok:
+        raise student_error(ctx, req, "Request(...)", LABEL)
+    table, seq_len, write = list(ex.table), ex.seq_len, 0
+    _set(ctx, made.value, req.value, ex, table, seq_len, write)
+    reads = 0
+    for kind, n in ex.events:
+        if kind == "write":
+            write += 1
+            script.add(f"fill({write})", "the pool is written again", "池被重新写入")
+            _set(ctx, made.value, req.value, ex, table, seq_len, write)
+        elif kind == "grow":
+            seq_len += n
+            grown = [b for b in range(ex.num_blocks) if b not in table][: max(0, math.ceil(seq_len / ex.block_size) - len(table))]
+            table += grown
+            script.add(f"r.block_table += {grown}; r.seq_len = {seq_len}; fill({write})", "the request grows, as decode grows it", "请求增长（如 decode）")
+            _set(ctx, made.value, req.value, ex, table, seq_len, write)
+        else:
+            script.add("out = m.get_physical_cache(r)")
+            problem = _read(ctx, made.value, req.value, ex, table, seq_len, write, reads)
+            if problem is not None:
+                return problem
+            if count:
+                if len(table) > 1 and table != sorted(table):
+                    ctx.count(ORDER)
+                if seq_len % ex.block_size:
+                    ctx.count(TRUNCATE)
+            reads += 1
+    return None
 
-    return run_until_failure(ctx, prop)
+
+def _set(ctx: ItemContext, manager: int, request: int, ex: Example, table: list[int], seq_len: int, write: int) -> None:
+    pool = pool_values(ex, table, seq_len, write)
+    for op, fields in (
+        ("set_table", {"request": request, "table": table, "seq_len": seq_len}),
+        ("set_pool", {"manager": manager, "tensor": Array(pool, "float32").payload()}),
+    ):
+        reply = ctx.call(op, **fields)
+        if not reply.ok:
+            raise student_error(ctx, reply, "setting up the pool", LABEL)
+
+
+def _read(ctx: ItemContext, manager: int, request: int, ex: Example, table: list[int], seq_len: int, write: int, index: int) -> Problem | None:
+    reply = ctx.call("get_cache", manager=manager, request=request)
+    if not reply.ok:
+        error = reply.error or {}
+        if error.get("not_implemented"):
+            raise student_error(ctx, reply, "m.get_physical_cache(r)", LABEL)
+        what = f"{error.get('type')}: {str(error.get('message'))[:300]}"
+        return Problem(index, f"get_physical_cache 意外抛出 {what}", f"get_physical_cache raised {what}", "a tensor", what, [])
+    pool = pool_values(ex, table, seq_len, write)
+    want = np.stack([pool[table[p // ex.block_size], p % ex.block_size] for p in range(seq_len)])
+    try:
+        answer = decode(reply.value)
+    except (TypeError, ValueError):
+        return Problem(index, "get_physical_cache 应返回 torch.Tensor", "get_physical_cache should return a torch.Tensor", "a tensor", str(reply.value)[:200], [("isinstance(out, torch.Tensor)", "expected a tensor, got {type(out).__name__}")])
+    shape_check = ("tuple(out.shape) == tuple(expected().shape)", "expected shape [seq_len, head_dim] = {list(expected().shape)}, got {list(out.shape)}")
+    if answer.shape != want.shape:
+        return Problem(
+            index,
+            f"形状应为 [seq_len, head_dim] = {list(want.shape)}，实际 {list(answer.shape)}",
+            f"the shape should be [seq_len, head_dim] = {list(want.shape)}, got {list(answer.shape)}",
+            str(list(want.shape)),
+            str(list(answer.shape)),
+            [shape_check],
+        )
+    out = answer.values().astype(np.float32) if answer.dtype in ("float64", "float32", "float16", "bfloat16") else None
+    if out is not None and np.array_equal(out, want):
+        return None
+    bad = _first_bad_row(out, want)
+    block, slot = table[bad // ex.block_size], bad % ex.block_size
+    got = out[bad].tolist() if out is not None else f"dtype {answer.dtype}"
+    return Problem(
+        index,
+        f"第 {bad} 个逻辑位置应来自物理块 {block} 的第 {slot} 个槽（按块表顺序、当前的池），实际读到 {_describe(got, 'zh')}",
+        f"logical position {bad} should come from physical block {block}, slot {slot} (block-table order, the pool as it is now); got {_describe(got, 'en')}",
+        str(want[bad].tolist()),
+        str(got),
+        [shape_check, ("torch.equal(out.float(), expected())", f"row {bad} should be block {block} slot {slot}: expected {{expected()[{bad}].tolist()}}, got {{out[{bad}].tolist()}}")],
+    )
 
 
 def _first_bad_row(out: np.ndarray | None, want: np.ndarray) -> int:
@@ -132,20 +186,110 @@ def _first_bad_row(out: np.ndarray | None, want: np.ndarray) -> int:
     return 0
 
 
-def _describe(values: list[float] | str) -> str:
+def _describe(values: list[float] | str, lang: str) -> str:
     if isinstance(values, str):
         return values
     if values and all(math.isnan(v) for v in values):
-        return "NaN (a slot that should never be read)"
+        return "NaN（一个不该读的位置）" if lang == "zh" else "NaN (a slot that should never be read)"
     first = values[0] if values else float("nan")
     if not math.isfinite(first):
         return str(values)
-    return f"block {int(first // 100)} slot {int(round(first % 100))} ({values})"
+    write, rest = divmod(first, 10000)
+    block, slot = divmod(rest, 100)
+    if lang == "zh":
+        return f"第 {int(write)} 次写入的块 {int(block)} 槽 {int(round(slot))}（{values}）"
+    return f"block {int(block)} slot {int(round(slot))} of write {int(write)} ({values})"
 
 
-def check_table_order(ctx: ItemContext) -> Failure | None:
-    return check_reconstruction(ctx, full_blocks=True, shuffled=True)
+def check_example(ctx: ItemContext, ex: Example) -> None:
+    script = ctx.begin(lambda: check_example(ctx, ex))
+    for line in set_up_lines(ex):
+        script.add(line)
+    problem = run_example(ctx, ex, script)
+    if problem is None:
+        return
+    # Whose failure is it?  Truncation's when a partial last block is needed for it to fail.
+    needs_tail = False
+    if ex.full() != ex:
+        with ctx.side_session():
+            try:
+                needs_tail = run_example(ctx, ex.full(), Script(), count=False) is None
+            except CheckFailure:
+                needs_tail = False
+    owner = TRUNCATE if needs_tail else ORDER
+    if not ctx.focused(owner):
+        ctx.record(owner, problem.zh, problem.en)
+        return
+    for condition, message in problem.asserts:
+        script.expect(condition, message)
+    raise ctx.fail("wrong", problem.zh, problem.en, expected=problem.expected, actual=problem.actual)
 
 
-def check_truncate(ctx: ItemContext) -> Failure | None:
-    return check_reconstruction(ctx, full_blocks=False, shuffled=False)
+@st.composite
+def examples(draw: st.DrawFn, tails: float) -> Example:
+    block_size = draw(st.one_of(st.sampled_from([1, 2, 3, 4, 5, 8]), st.integers(1, 20)), label="block_size")
+    num_blocks = draw(st.integers(1, 10), label="num_blocks")
+    head_dim = draw(st.integers(1, 5), label="head_dim")
+    used = draw(st.integers(1, num_blocks), label="blocks used")
+    table = draw(st.permutations(range(num_blocks)), label="table")[:used]
+    if draw(st.booleans(), label="sorted table"):
+        table = sorted(table)
+    tail = draw(st.floats(0, 1), label="tail?") < tails
+    seq_len = draw(st.integers((used - 1) * block_size + 1, used * block_size), label="seq_len") if tail else used * block_size
+    first = seq_len
+    events: list[tuple[str, int]] = [("read", 0)]
+    for _ in range(draw(st.integers(0, 3), label="more events")):
+        kind = draw(st.sampled_from(["read", "write", "grow"]), label="event")
+        if kind == "grow":
+            room = (num_blocks - used) * block_size + (used * block_size - seq_len)
+            if room <= 0:
+                continue
+            n = draw(st.integers(1, room), label="tokens")
+            used = math.ceil((seq_len + n) / block_size)
+            seq_len += n
+            events += [("grow", n), ("read", 0)]
+        else:
+            events.append((kind, 0))
+    if events[-1][0] != "read":
+        events.append(("read", 0))
+    return Example(num_blocks, block_size, head_dim, tuple(table), first, tuple(events))
+
+
+# Corner cases: block size 1; a tail; a shuffled table; reads after the pool is written
+# again and after the request grows; sorted tables with a tail (truncation alone).
+CORNERS = (
+    Example(3, 1, 2, (2, 0, 1), 3),
+    Example(5, 3, 2, (4, 1), 4),
+    Example(4, 4, 1, (0,), 1),
+    Example(4, 2, 3, (3, 1, 0, 2), 8),
+    Example(6, 3, 1, (5, 0, 2), 9, (("read", 0), ("write", 0), ("read", 0))),
+    Example(6, 4, 2, (3, 1), 6, (("read", 0), ("grow", 3), ("read", 0), ("write", 0), ("read", 0))),
+    Example(5, 3, 2, (0, 1), 4),
+    Example(6, 5, 1, (0, 1, 2), 11, (("read", 0), ("grow", 2), ("read", 0))),
+    Example(5, 7, 3, (2, 4, 0), 15),
+    Example(3, 2, 5, (0, 1, 2), 5, (("read", 0), ("write", 0), ("read", 0))),
+)
+NEEDS = {
+    ORDER: [Need(ORDER, 4, "按块表顺序读取（块表与物理顺序不同时）被检查的次数不够", "too few reads through a table out of physical order could be checked")],
+    TRUNCATE: [Need(TRUNCATE, 4, "带未用尾部的读取被检查的次数不够", "too few reads with a partly used last block could be checked")],
+}
+
+
+TAILS = {ORDER: 0.5, TRUNCATE: 0.9, None: 0.7}  # how often a drawn example has a partial last block
+
+
+def plan(run: ItemContext) -> tuple[list[Callable[[], None]], Callable[[], None]]:
+    @seed(run.config.hypothesis.seed)
+    @hypothesis_settings(run.config, run.config.hypothesis.max_examples)
+    @given(examples(TAILS[run.focus]))
+    def explore(ex: Example) -> None:
+        check_example(run, ex)
+
+    return [lambda ex=ex: check_example(run, ex) for ex in CORNERS], explore
+
+
+def check_reconstruction(ctx: ItemContext) -> Failure | None:
+    return grade_item(ctx, "todo4", 2, plan, NEEDS[ctx.item_id])
+
+
+check_table_order = check_truncate = check_reconstruction

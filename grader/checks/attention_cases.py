@@ -1,0 +1,217 @@
+"""TODO 5's domain: attention cases, the features that vary them, and how a case is written.
+
+A case is one call of paged_attention.  Its domain (the README's table): any number of
+sequences, any head_dim, any positive block_size, query heads a multiple of the KV heads,
+seq_lens from 1 up, block tables in any physical order and wider than needed (padding entries
+name other blocks, NaN-filled or another sequence's), NaN in every slot no sequence reads,
+float32 / float16 / bfloat16, int32 or int64 index tensors, scale left to its default or
+passed by keyword or position, and logits from small to hundreds.
+
+Features, each owned by one rubric item, can be switched off (`ablate`): when a case fails,
+the item that owns a feature takes the failure only if the same case without that feature
+passes (the base item takes it when the case with every feature off still fails).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+from hypothesis import strategies as st
+
+from grader.checks.arrays import Array, from_float32
+from grader.checks.dense import DENSE_SOURCE, FILL_SOURCE, fill
+
+GQA, PAGING, SCALE, LOW_PRECISION = "gqa", "paging", "scale", "low_precision"
+FEATURES = (GQA, PAGING, SCALE, LOW_PRECISION)
+INPUT_NAMES = ("query", "key_cache", "value_cache", "block_tables", "seq_lens")
+
+
+@dataclass(frozen=True)
+class Case:
+    seq_lens: tuple[int, ...] = (5,)
+    block_size: int = 4
+    head_dim: int = 8
+    num_kv_heads: int = 1
+    group: int = 1  # query heads per KV head
+    dtype: str = "float32"
+    shuffle: int = 0  # 0: blocks in physical order; else the seed of a permutation
+    padding: int = 0  # table columns beyond what the longest sequence needs
+    poison: bool = False  # NaN in every slot no sequence reads
+    scale: float | None = None
+    scale_style: str = "default"  # "default" (left out), "keyword", "positional"
+    boost: float = 1.0  # query magnitude: large values give logits in the hundreds
+    index_dtype: str = "int32"
+    salt: int = 1
+    device: str = "cpu"
+
+    @property
+    def num_heads(self) -> int:
+        return self.num_kv_heads * self.group
+
+    @property
+    def needs(self) -> list[int]:
+        return [math.ceil(n / self.block_size) for n in self.seq_lens]
+
+    @property
+    def spare(self) -> int:
+        return 1 + self.padding  # blocks no sequence reads (at least one)
+
+    @property
+    def num_blocks(self) -> int:
+        return sum(self.needs) + self.spare
+
+    @property
+    def tables(self) -> list[list[int]]:
+        """Each sequence's blocks, then padding entries: spare blocks or other sequences' blocks."""
+        order = list(range(self.num_blocks))
+        if self.shuffle:
+            order = [int(b) for b in np.random.default_rng(self.shuffle).permutation(self.num_blocks)]
+        width = max(self.needs) + self.padding
+        rows, start = [], 0
+        spares = order[sum(self.needs) :]
+        for i, need in enumerate(self.needs):
+            row = order[start : start + need]
+            start += need
+            for j in range(width - need):
+                # Alternate: a NaN-filled spare block, or a block another sequence really uses.
+                if j % 2 == 0 or len(self.needs) == 1:
+                    row.append(spares[(i + j) % len(spares)])
+                else:
+                    row.append(order[(start + j) % sum(self.needs)])
+            rows.append(row)
+        return rows
+
+    @property
+    def unread(self) -> list[int]:
+        read = {b for row, need in zip(self.tables, self.needs, strict=True) for b in row[:need]}
+        return [b for b in range(self.num_blocks) if b not in read]
+
+    def has(self, feature: str) -> bool:
+        if feature == GQA:
+            return self.group > 1
+        if feature == PAGING:
+            return bool(self.shuffle or self.padding or self.poison)
+        if feature == SCALE:
+            return self.scale_style != "default" or self.boost != 1.0
+        return self.dtype != "float32"
+
+    def without(self, feature: str) -> Case:
+        if feature == GQA:
+            return replace(self, group=1)
+        if feature == PAGING:
+            return replace(self, shuffle=0, padding=0, poison=False)
+        if feature == SCALE:
+            return replace(self, scale=None, scale_style="default", boost=1.0)
+        return replace(self, dtype="float32")
+
+    def plain(self) -> Case:
+        case = self
+        for feature in FEATURES:
+            case = case.without(feature)
+        return case
+
+
+def make_inputs(case: Case) -> dict[str, Array]:
+    """The case's tensors, exactly as its reproduction makes them."""
+    kv_shape = (case.num_blocks, case.block_size, case.num_kv_heads, case.head_dim)
+    query = fill((len(case.seq_lens), case.num_heads, case.head_dim), case.salt) * np.float32(case.boost)
+    key_cache, value_cache = fill(kv_shape, case.salt + 1), fill(kv_shape, case.salt + 2)
+    if case.poison:
+        for cache in (key_cache, value_cache):
+            cache[case.unread] = np.nan
+            for n, row in zip(case.seq_lens, case.tables, strict=True):
+                if n % case.block_size:
+                    cache[row[(n - 1) // case.block_size], n % case.block_size :] = np.nan
+    index = np.int32 if case.index_dtype == "int32" else np.int64
+    return {
+        "query": from_float32(query, case.dtype),
+        "key_cache": from_float32(key_cache, case.dtype),
+        "value_cache": from_float32(value_cache, case.dtype),
+        "block_tables": Array(np.array(case.tables, dtype=index), case.index_dtype),
+        "seq_lens": Array(np.array(case.seq_lens, dtype=index), case.index_dtype),
+    }
+
+
+def call_args(case: Case) -> str:
+    args = "query, key_cache, value_cache, block_tables, seq_lens"
+    if case.scale_style == "keyword":
+        return f"{args}, scale={case.scale!r}"
+    if case.scale_style == "positional":
+        return f"{args}, {case.scale!r}"
+    return args
+
+
+def setup_lines(case: Case) -> list[str]:
+    """Code making the case's inputs (after the `fill` helper), one call's worth."""
+    dt = f"torch.{case.dtype}"
+    kv = (case.num_blocks, case.block_size, case.num_kv_heads, case.head_dim)
+    boost = f" * {case.boost:g}" if case.boost != 1.0 else ""
+    lines = [
+        f"query = (fill({(len(case.seq_lens), case.num_heads, case.head_dim)}, {case.salt}){boost}).to({dt})",
+        f"key_cache, value_cache = fill({kv}, {case.salt + 1}).to({dt}), fill({kv}, {case.salt + 2}).to({dt})",
+    ]
+    if case.poison:
+        lines.append(f"key_cache[{case.unread}] = value_cache[{case.unread}] = float('nan')  # blocks no sequence reads")
+        for n, row in zip(case.seq_lens, case.tables, strict=True):
+            if n % case.block_size:
+                slot = f"{row[(n - 1) // case.block_size]}, {n % case.block_size}:"
+                lines.append(f"key_cache[{slot}] = value_cache[{slot}] = float('nan')  # unused tail slots")
+    lines.append(f"block_tables = torch.tensor({case.tables}, dtype=torch.{case.index_dtype})")
+    lines.append(f"seq_lens = torch.tensor({list(case.seq_lens)}, dtype=torch.{case.index_dtype})")
+    if case.device != "cpu":
+        lines.append(f"query, key_cache, value_cache, block_tables, seq_lens = (t.to('{case.device}') for t in (query, key_cache, value_cache, block_tables, seq_lens))")
+    return lines
+
+
+def preamble(dense: bool) -> list[str]:
+    return ["import math, torch", *FILL_SOURCE, *(DENSE_SOURCE if dense else ())]
+
+
+# -- strategies ---------------------------------------------------------------------------
+
+_lengths = st.one_of(st.just(1), st.integers(1, 64), st.integers(65, 200))
+
+
+@st.composite
+def cases(draw: st.DrawFn, force: str | None = None, device: str = "cpu") -> Case:
+    """A case from the whole domain; `force` keeps one feature on, the others are drawn."""
+
+    def on(feature: str) -> bool:
+        return force == feature or draw(st.booleans(), label=f"{feature} on")
+
+    block_size = draw(st.one_of(st.sampled_from([1, 2, 3, 4, 5, 7, 8, 16]), st.integers(1, 33)), label="block_size")
+    num_seqs = draw(st.integers(1, 4), label="num_seqs")
+    seq_lens = []
+    for _ in range(num_seqs):
+        if draw(st.booleans(), label="on a block boundary"):
+            seq_lens.append(block_size * draw(st.integers(1, max(1, 64 // block_size)), label="blocks"))
+        else:
+            seq_lens.append(draw(_lengths, label="seq_len"))
+    head_dim = draw(st.one_of(st.sampled_from([1, 2, 4, 8, 16, 32, 64, 128]), st.integers(1, 40)), label="head_dim")
+    case = Case(
+        seq_lens=tuple(seq_lens),
+        block_size=block_size,
+        head_dim=head_dim,
+        num_kv_heads=draw(st.sampled_from([1, 2, 3, 4]), label="num_kv_heads"),
+        index_dtype=draw(st.sampled_from(["int32", "int64"]), label="index dtype"),
+        salt=draw(st.integers(1, 2**20), label="salt"),
+        device=device,
+    )
+    if on(GQA):
+        case = replace(case, group=draw(st.sampled_from([2, 3, 4, 8]), label="group"))
+    if on(PAGING):
+        case = replace(case, shuffle=draw(st.integers(1, 2**16), label="shuffle"), padding=draw(st.integers(0, 3), label="padding"), poison=True)
+    if on(SCALE):
+        style = draw(st.sampled_from(["keyword", "positional"]), label="scale style")
+        scale = draw(st.sampled_from([0.05, 0.3, 1.0, 2.0, round(1 / math.sqrt(head_dim), 6)]), label="scale")
+        case = replace(case, scale=scale, scale_style=style, boost=draw(st.sampled_from([1.0, 30.0, 100.0]), label="boost"))
+    if on(LOW_PRECISION):
+        case = replace(case, dtype=draw(st.sampled_from(["float16", "bfloat16"]), label="dtype"))
+    return case
+
+
+def histories(force: str | None = None, device: str = "cpu") -> st.SearchStrategy[list[Case]]:
+    """One to three calls in one process: state kept between calls must not change a result."""
+    return st.lists(cases(force, device), min_size=1, max_size=3)

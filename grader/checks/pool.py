@@ -1,0 +1,488 @@
+"""The judge's model of one KVCacheManager, shared by every TODO 2 and TODO 3 item.
+
+One model, its invariants always on.  After every operation the model reads the student's
+state back (free list, each request's seq_len and block table) and checks every property
+the contract states.  Each property belongs to one rubric item:
+
+    prefill: blocks taken, seq_len kept        -> todo2.block_count
+             where blocks come from and go     -> todo2.ownership
+             OOM: RuntimeError, nothing changed -> todo2.oom_atomic
+    decode:  seq_len + 1, a block iff needed   -> todo3.growth
+             where blocks come from and go     -> todo3.ownership
+             OOM: RuntimeError, nothing changed -> todo3.oom_rollback
+    release, constructors                      -> given code (a finding, no points)
+
+A violation of the item being graded fails it; a violation of another item's property is
+that item's business: the model adopts what the student's code did and goes on, so one
+mistake costs the items it breaks and not the others.  Each check that passes is counted,
+and an item passes only with enough of them (a no-op method never takes a block, so it is
+never "right by default").
+
+Which free block a submission takes, and the order of its free list, are its own business;
+only an OOM must leave the free list exactly as it was.
+
+Reproductions: each step is written as it ran.  A step where the submission broke another
+item's property, and every step after it, is wrapped in try/except, so that the script runs
+on to the failing step on the student's code, and runs clean after a correct solution (whose
+state may differ from there on).  The failing step's checks are written relative to the
+state right before it, as the model checks them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from grader.checks.base import Inconclusive, ItemContext, raised, student_error
+from grader.checks.script import Line, Script
+
+PROPS = {
+    "prefill": {"count": "todo2.block_count", "own": "todo2.ownership", "oom": "todo2.oom_atomic"},
+    "decode": {"count": "todo3.growth", "own": "todo3.ownership", "oom": "todo3.oom_rollback"},
+}
+Assert = tuple[str, str]  # (condition, f-string message)
+
+
+@dataclass
+class Req:
+    name: str  # the variable in the reproduction: r0, r1, ...
+    handle: int  # the object in the sandbox session
+    request_id: int
+    seq_len: int
+    table: list[int] = field(default_factory=list)
+
+
+@dataclass
+class State:
+    free: list[int]
+    requests: dict[str, tuple[int, list[int]]]  # name -> (seq_len, block_table)
+
+    def picture(self) -> dict[str, Any]:
+        return {"free": list(self.free), "tables": {name: list(t) for name, (_, t) in self.requests.items() if t}}
+
+    def text(self) -> str:
+        tables = ", ".join(f"{name}.block_table={t}" for name, (_, t) in self.requests.items() if t)
+        return f"free_blocks={self.free}" + (f", {tables}" if tables else "")
+
+
+@dataclass
+class Outcome:
+    """One TODO call as the model saw it, with what the reproduction needs to show it."""
+
+    step: str  # the call, as code
+    start: int  # where its lines begin in the script
+    capture: str  # code saving the state the checks compare with
+    before: State
+    after: State
+    req: Req
+    others_changed: list[str]
+
+
+class Pool:
+    """A KVCacheManager in the sandbox, the requests made on it, and what they should hold."""
+
+    def __init__(self, ctx: ItemContext, todo_label: str, num_blocks: int, block_size: int, head_dim: int):
+        self.ctx, self.todo = ctx, todo_label
+        self.num_blocks, self.block_size = num_blocks, block_size
+        self.script: Script = ctx.script
+        self.requests: list[Req] = []
+        self.diverged = False  # a step broke another item's property: later steps are guarded
+        # What ran, as a program run_program() can run again (grader/checks/allocation.py).
+        self.program: list[tuple[Any, ...]] = [("pool", num_blocks, block_size, head_dim)]
+        self.script.add(f"m = KVCacheManager(num_blocks={num_blocks}, block_size={block_size}, head_dim={head_dim})")
+        reply = ctx.call("new", cls="KVCacheManager", kwargs={"num_blocks": num_blocks, "block_size": block_size, "head_dim": head_dim})
+        if not reply.ok:
+            raise student_error(ctx, reply, "KVCacheManager(...)", todo_label)
+        self.manager = int(reply.value)
+        state = self._observe(self._call("observe"), "KVCacheManager(...)", None)
+        if sorted(state.free) != list(range(num_blocks)):
+            self._given("init", "新建的管理器应当所有块都空闲", "a new manager should have every block free", str(list(range(num_blocks))), str(state.free))
+        self.free = state.free
+
+    # -- reading the student's state ------------------------------------------------------
+    def _call(self, op: str, **fields: Any) -> Any:
+        spec = {"manager": self.manager, "requests": [r.handle for r in self.requests]}
+        return self.ctx.call(op, snapshot=spec, **fields)
+
+    def _observe(self, reply: Any, step: str, owner: str | None) -> State:
+        """The state after a step.  Unreadable state fails the step's owner when it is graded."""
+        state = reply.state or {}
+        free = _read(state.get("free_blocks"))
+        problem = None if free is not None else f"free_blocks: {str(state.get('free_blocks'))[:200]}"
+        requests: dict[str, tuple[int, list[int]]] = {}
+        for r in self.requests:
+            raw = (state.get("requests") or {}).get(str(r.handle), {})
+            seq_len, table = _read(raw.get("seq_len")), _read(raw.get("block_table"))
+            if seq_len is None or table is None:
+                problem = problem or f"{r.name}: {str(raw)[:200]}"
+                continue
+            requests[r.name] = (seq_len, table)
+        if problem is None:
+            return State(free, requests)
+        if owner is not None and self.ctx.focused(owner):
+            self.script.note(f"after this step the state cannot be read: {problem}", f"这一步之后无法读取状态：{problem}")
+            raise self.ctx.fail(
+                "wrong",
+                f"{step} 之后 free_blocks / seq_len / block_table 不再是 int 或 int 列表",
+                f"after {step}, free_blocks / seq_len / block_table are no longer ints or lists of ints",
+                actual=problem,
+            )
+        if owner is not None:
+            self.ctx.record(owner, f"{step} 之后状态无法读取", f"after {step} the state cannot be read")
+        raise Inconclusive(problem)
+
+    def _state(self) -> State:
+        return State(list(self.free), {r.name: (r.seq_len, list(r.table)) for r in self.requests})
+
+    def _adopt(self, state: State) -> None:
+        self.free = list(state.free)
+        for r in self.requests:
+            r.seq_len, r.table = state.requests[r.name][0], list(state.requests[r.name][1])
+
+    def _others(self, req: Req | None = None) -> str:
+        names = [r.name for r in self.requests if r is not req]
+        return "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
+
+    # -- writing the reproduction -----------------------------------------------------------
+    def _begin(self, step: str, comment: tuple[str, str] = ("", "")) -> int:
+        """Write the call before making it (a hang or crash shows the script up to here)."""
+        start = len(self.script.lines)
+        self.script.add(step, *comment)
+        return start
+
+    def _finish(self, start: int, lines: list[Line]) -> None:
+        del self.script.lines[start:]
+        self.script.lines.extend(lines)
+
+    def _guarded(self, step: str, error: str, en: str, zh: str) -> list[Line]:
+        return [Line("try:"), Line(f"    {step}"), Line(f"except {error}:", en, zh), Line("    pass")]
+
+    def _written(self, o: Outcome, expected_oom: bool) -> list[Line]:
+        """A step that broke nothing graded here, as the script keeps it."""
+        if expected_oom:
+            return self._guarded(o.step, "RuntimeError", "an OOM is expected here", "这里应当 OOM")
+        if self.diverged:
+            return self._guarded(o.step, "Exception", "the grader went on after this step", "评分器在这一步之后继续")
+        return [Line(o.step)]
+
+    def _violation(self, prop: str, o: Outcome, asserts: list[Assert], zh: str, en: str, *, expected: str, actual: str, highlight: list[int], call: list[Line] | None = None) -> None:
+        """Fail the graded item if `prop` is its property; otherwise note it and go on."""
+        if not self.ctx.focused(prop):
+            self.ctx.record(prop, zh, en)
+            # Another item's failure (or a survey): the script must run past this step on the student's code
+            # (it may have raised) and on a correct solution (which may raise here, or later).
+            self._finish(o.start, self._guarded(o.step, "Exception", "the grader went on after this step", "评分器在这一步之后继续"))
+            self.diverged = True
+            return
+        self._finish(o.start, [Line(o.capture), *(call or [Line(o.step)])])
+        for condition, message in asserts:
+            self.script.expect(condition, message)
+        picture = {"kind": "pool", "num_blocks": self.num_blocks, "step": o.step, "before": o.before.picture(), "after": o.after.picture(), "highlight": sorted(set(highlight))}
+        raise self.ctx.fail("wrong", zh, en, expected=expected, actual=actual, picture=picture)
+
+    def _missed(self, key: str, o: Outcome, asserts: list[Assert]) -> None:
+        """A case where `key`'s property should have been exercised and was not: kept as its witness."""
+        if key in self.ctx.witness:
+            return
+        witness = self.script.copy()
+        del witness.lines[o.start:]
+        witness.add(o.capture)
+        witness.add(o.step)
+        for condition, message in asserts:
+            witness.expect(condition, message)
+        self.ctx.missed(key, witness)
+
+    def _given(self, key: str, zh: str, en: str, expected: str, actual: str, asserts: list[Assert] = (), start: int | None = None) -> None:
+        """Given code behaved otherwise than the template's: a finding (no points), and go on."""
+        self.diverged = True
+        script = self.script.copy()
+        if start is not None:
+            step = script.lines[start].code
+            del script.lines[start:]
+            script.add("free_before, table_before = list(m.free_blocks), list(" + step[step.index("(") + 1 : -1] + ".block_table)")
+            script.add(step)
+        for condition, message in asserts:
+            script.expect(condition, message)
+        self.ctx.given_finding(key, zh, en, expected=expected, actual=actual, script=script)
+
+    # -- requests ---------------------------------------------------------------------------
+    def new_request(self, prompt_len: int, request_id: int) -> Req:
+        self.program.append(("new", prompt_len, request_id))
+        name = f"r{len(self.requests)}"
+        self.script.add(f"{name} = Request(request_id={request_id}, prompt_len={prompt_len})")
+        reply = self.ctx.call("new", cls="Request", kwargs={"request_id": request_id, "prompt_len": prompt_len})
+        if not reply.ok:
+            raise student_error(self.ctx, reply, "Request(...)", self.todo)
+        req = Req(name, int(reply.value), request_id, prompt_len)
+        self.requests.append(req)
+        return req
+
+    def need(self, seq_len: int) -> int:
+        return math.ceil(seq_len / self.block_size)
+
+    def held(self) -> list[Req]:
+        return [r for r in self.requests if r.table]
+
+    def _run(self, req: Req, method: str, comment: tuple[str, str] = ("", "")) -> tuple[Outcome, Any]:
+        self.program.append(({"allocate_for_prefill": "prefill", "allocate_for_decode": "decode"}[method], self.requests.index(req)))
+        step = f"m.{method}({req.name})"
+        before = self._state()
+        start = self._begin(step, comment)
+        reply = self._call("method", target=self.manager, name=method, args=[req.handle])
+        if not reply.ok and (reply.error or {}).get("not_implemented"):
+            raise student_error(self.ctx, reply, step, self.todo)
+        owner = PROPS["prefill" if method == "allocate_for_prefill" else "decode"]["count"]
+        after = self._observe(reply, step, owner)
+        others = [r.name for r in self.requests if r is not req and after.requests[r.name] != (r.seq_len, r.table)]
+        capture = f"free_before, table_before, len_before = list(m.free_blocks), list({req.name}.block_table), {req.name}.seq_len"
+        if len(self.requests) > 1:
+            capture += f"\nothers_before = [(r.seq_len, list(r.block_table)) for r in {self._others(req)}]"
+        return Outcome(step, start, capture, before, after, req, others), reply
+
+    # -- TODO 2 ------------------------------------------------------------------------------
+    def prefill(self, req: Req) -> None:
+        props = PROPS["prefill"]
+        needed = self.need(req.seq_len)
+        o, reply = self._run(req, "allocate_for_prefill")
+        free = len(o.before.free)
+        where = f"prompt_len={req.seq_len}, block_size={self.block_size}: {_blocks(needed)} needed, {free} free"
+        where_zh = f"prompt_len={req.seq_len}、block_size={self.block_size}：需要 {needed} 块，空闲 {free} 块"
+        if needed > free:
+            self._expect_oom(props["oom"], o, reply, f"({req.name}.seq_len + {self.block_size - 1}) // {self.block_size} > len(free_before)", where, where_zh)
+        elif not reply.ok:
+            self._unexpected(props, o, reply, where, where_zh)
+        else:
+            self._check_prefill(o, needed)
+        self._adopt(o.after)
+
+    def _check_prefill(self, o: Outcome, needed: int) -> None:
+        props, req, n = PROPS["prefill"], o.req, o.req.name
+        seq_len, table = o.after.requests[n]
+        if needed == len(o.before.free):
+            self.ctx.count(props["oom"] + ":exact")
+        if len(table) != needed or seq_len != req.seq_len:
+            self._violation(
+                props["count"], o,
+                [(f"len({n}.block_table) == {needed}", f"ceil({req.seq_len} / {self.block_size}) = {needed} blocks expected, got {{{n}.block_table}}"),
+                 (f"{n}.seq_len == {req.seq_len}", f"prefill must not change seq_len: {req.seq_len} -> {{{n}.seq_len}}")],
+                f"prompt_len={req.seq_len}、block_size={self.block_size} 时 prefill 应分配 ceil({req.seq_len} / {self.block_size}) = {needed} 个块且不改 seq_len，实际块表 {table}、seq_len={seq_len}",
+                f"prompt_len={req.seq_len}, block_size={self.block_size}: prefill should take ceil({req.seq_len} / {self.block_size}) = {_blocks(needed)} and leave seq_len alone; got block_table={table}, seq_len={seq_len}",
+                expected=f"{_blocks(needed)}, seq_len={req.seq_len}", actual=f"block_table={table}, seq_len={seq_len}", highlight=table,
+            )
+        else:
+            self.ctx.count(props["count"])
+        if not table:
+            self._missed(props["own"], o, [(f"len({n}.block_table) > 0", f"prefill should take blocks from the free list: {n}.block_table = {{{n}.block_table}}")])
+        elif self._check_ownership(props["own"], o, table, f"{n}.block_table", "prefill"):
+            self.ctx.count(props["own"])
+        self._finish(o.start, self._written(o, expected_oom=False))
+
+    # -- TODO 3 ------------------------------------------------------------------------------
+    def place(self, req: Req, indices: list[int]) -> None:
+        """Give `req` blocks directly, as a correct prefill would (TODO 3 never relies on TODO 2)."""
+        self.program.append(("place", self.requests.index(req), tuple(indices)))
+        code = f"{req.name}.block_table = [m.free_blocks.pop(i) for i in {tuple(indices)!r}]"
+        comment = ("set up directly, as a correct prefill would", "直接设置，与正确的 prefill 结果相同")
+        if self.diverged:
+            self.script.lines.extend(self._guarded(code, "IndexError", *comment))
+        else:
+            self.script.add(code, *comment)
+        reply = self._call("place", manager=self.manager, request=req.handle, indices=indices)
+        if not reply.ok:
+            raise Inconclusive("the free list cannot be used as the given code uses it")
+        self._adopt(self._observe(reply, "set-up", None))
+
+    def decode(self, req: Req) -> None:
+        props = PROPS["decode"]
+        old_len, old_table = req.seq_len, list(req.table)
+        grows = old_len + 1 > len(old_table) * self.block_size
+        o, reply = self._run(req, "allocate_for_decode")
+        free = len(o.before.free)
+        where = f"seq_len {old_len} -> {old_len + 1}, block_size={self.block_size}, {_blocks(len(old_table))} held, {free} free"
+        where_zh = f"seq_len {old_len} -> {old_len + 1}，block_size={self.block_size}，持有 {len(old_table)} 块，空闲 {free} 块"
+        if grows and not free:
+            self._expect_oom(props["oom"], o, reply, f"len_before + 1 > len(table_before) * {self.block_size} and not free_before", where, where_zh)
+        elif not reply.ok:
+            self._unexpected(props, o, reply, where, where_zh)
+        else:
+            self._check_decode(o, old_len, old_table, grows)
+        self._adopt(o.after)
+
+    def _check_decode(self, o: Outcome, old_len: int, old_table: list[int], grows: bool) -> None:
+        props, n, bs = PROPS["decode"], o.req.name, self.block_size
+        seq_len, table = o.after.requests[n]
+        if not o.before.free and not grows:
+            self.ctx.count(props["oom"] + ":full")
+        want = len(old_table) + grows
+        if seq_len != old_len + 1 or table[: len(old_table)] != old_table or len(table) != want:
+            self._violation(
+                props["count"], o,
+                [(f"{n}.seq_len == len_before + 1", f"decode adds one token: seq_len {{len_before}} -> {{{n}.seq_len}}"),
+                 (f"{n}.block_table[:len(table_before)] == table_before", f"decode must keep the blocks held: {{table_before}} -> {{{n}.block_table}}"),
+                 (f"len({n}.block_table) == len(table_before) + (len_before + 1 > len(table_before) * {bs})",
+                  f"block_size={bs}: one more block exactly when the new token does not fit; seq_len {{len_before}}, block_table {{table_before}} -> {{{n}.block_table}}")],
+                f"decode 后应为 seq_len={old_len + 1}、{want} 个块（原有块保持不变{'，追加一个新块' if grows else '，不追加'}；block_size={bs}），实际 seq_len={seq_len}、块表 {table}",
+                f"after decode expected seq_len={old_len + 1} and {_blocks(want)} (held blocks kept{', one appended' if grows else ', none added'}; block_size={bs}); got seq_len={seq_len}, block_table={table}",
+                expected=f"seq_len={old_len + 1}, {_blocks(want)} starting {old_table}", actual=f"seq_len={seq_len}, block_table={table}",
+                highlight=[b for b in table if b not in old_table],
+            )
+        else:
+            self.ctx.count(props["count"] + (":grow" if grows else ":stay"))
+        added = [b for b in table if b not in old_table]
+        if not added:
+            if grows:
+                self._missed(props["own"], o, [("len(m.free_blocks) == len(free_before) - 1", "decode past a full block should take one free block: free_blocks {free_before} -> {m.free_blocks}")])
+        elif self._check_ownership(props["own"], o, added, f"[b for b in {n}.block_table if b not in table_before]", "decode"):
+            self.ctx.count(props["own"])
+        self._finish(o.start, self._written(o, expected_oom=False))
+
+    # -- checks shared by prefill and decode ----------------------------------------------------
+    def _check_ownership(self, prop: str, o: Outcome, taken: list[int], taken_expr: str, what: str) -> bool:
+        """Blocks taken were free and distinct, left the free list, and every block is in one place."""
+        before, after = o.before, o.after
+        not_free = [b for b in taken if b not in before.free]
+        problem: tuple[Assert, str, str, list[int]] | None = None
+        remaining = Counter(before.free)
+        remaining.subtract(taken)
+        held = [b for _, t in after.requests.values() for b in t]
+        if not_free or len(set(taken)) != len(taken):
+            problem = (
+                (f"all(b in free_before for b in {taken_expr}) and len(set({taken_expr})) == len({taken_expr})", f"blocks taken must be distinct and free before the call: took {{{taken_expr}}}, free_blocks was {{free_before}}"),
+                f"取走的块 {taken} 必须互不重复，且调用前在空闲列表中（{before.free}）",
+                f"the blocks taken, {taken}, must be distinct and free before the call (free_blocks {before.free})",
+                not_free or taken,
+            )
+        elif sorted(after.free) != sorted(remaining.elements()):
+            problem = (
+                (f"sorted(m.free_blocks) == sorted(b for b in free_before if b not in {taken_expr})", "free_blocks should lose exactly the blocks taken: {free_before} -> {m.free_blocks}"),
+                f"空闲列表应当恰好去掉取走的块：{before.free} -> {after.free}",
+                f"free_blocks should lose exactly the blocks taken: {before.free} -> {after.free}",
+                sorted(set(after.free) ^ set(remaining.elements())),
+            )
+        elif o.others_changed:
+            others = self._others(o.req)
+            problem = (
+                (f"[(r.seq_len, r.block_table) for r in {others}] == others_before", f"other requests changed: {{others_before}} -> {{[(r.seq_len, r.block_table) for r in {others}]}}"),
+                f"改动了其他请求 {o.others_changed}",
+                f"it changed other requests: {o.others_changed}",
+                [b for name in o.others_changed for b in after.requests[name][1]],
+            )
+        elif sorted(after.free + held) != list(range(self.num_blocks)):
+            counts = Counter(after.free + held)
+            bad = sorted(b for b in counts if counts[b] != 1 or not 0 <= b < self.num_blocks) + [b for b in range(self.num_blocks) if not counts[b]]
+            everyone = self._others()
+            problem = (
+                (f"sorted(m.free_blocks + [b for r in {everyone} for b in r.block_table]) == list(range({self.num_blocks}))",
+                 f"every block must be free or in exactly one block_table: free_blocks={{m.free_blocks}}, tables={{[r.block_table for r in {everyone}]}}"),
+                f"块 {sorted(set(bad))} 没有恰好出现在一处（空闲列表或某一个块表）",
+                f"block(s) {sorted(set(bad))} are not in exactly one place (the free list or one block_table)",
+                bad,
+            )
+        if problem is None:
+            return True
+        check, zh, en, highlight = problem
+        self._violation(prop, o, [check], f"{what} 之后块的归属出错：{zh}", f"after {what}, block ownership is broken: {en}", expected="every block free or in exactly one block_table", actual=after.text(), highlight=highlight)
+        return False
+
+    def _expect_oom(self, prop: str, o: Outcome, reply: Any, condition: str, where: str, where_zh: str) -> None:
+        """Too few free blocks: a RuntimeError mentioning OOM, and nothing changed."""
+        n, req = o.req.name, o.req
+        seq_len, table = o.after.requests[n]
+        changed = o.after.free != o.before.free or (seq_len, table) != (req.seq_len, req.table) or bool(o.others_changed)
+        right_error = raised(reply, "RuntimeError") and "OOM" in str((reply.error or {}).get("message", ""))
+        if right_error and not changed:
+            self.ctx.count(prop + ":oom")
+            self._finish(o.start, self._written(o, expected_oom=True))
+            return
+        error = reply.error or {}
+        if reply.ok:
+            zh, en = f"{where_zh}：应抛出 RuntimeError('OOM')，却正常返回了", f"{where}: expected RuntimeError('OOM'), but the call returned"
+            expected, actual = "RuntimeError mentioning OOM", "no exception; " + o.after.text()
+        elif not right_error:
+            zh, en = f"{where_zh}：应抛出信息含 OOM 的 RuntimeError", f"{where}: the call must raise a RuntimeError whose message contains OOM"
+            expected, actual = "RuntimeError: ...OOM...", f"{error.get('type')}: {error.get('message')}"
+        else:
+            zh = f"{where_zh}：OOM 之后状态被改动了，应当与调用前完全相同（原子性 / 回滚）"
+            en = f"{where}: the failed call changed state; it must leave everything exactly as before (atomicity / rollback)"
+            expected, actual = o.before.text(), o.after.text()
+        call = [
+            Line("try:"),
+            Line(f"    {o.step}"),
+            Line("except RuntimeError as error:"),
+            Line('    assert "OOM" in str(error), f"the message should contain OOM: {error}"'),
+            Line("else:"),
+            Line(f"    assert not ({condition}), f\"{where}: RuntimeError('OOM ...') expected\""),
+        ]
+        asserts = [
+            (f"m.free_blocks == free_before and ({n}.seq_len, {n}.block_table) == (len_before, table_before)",
+             f"a failed call must change nothing: free_blocks {{free_before}} -> {{m.free_blocks}}, {n}: ({{len_before}}, {{table_before}}) -> ({{{n}.seq_len}}, {{{n}.block_table}})"),
+        ]
+        if len(self.requests) > 1:
+            asserts.append((f"[(r.seq_len, r.block_table) for r in {self._others(req)}] == others_before", "a failed call must not change other requests"))
+        highlight = sorted(set(o.after.free) ^ set(o.before.free)) + [b for b in table if b not in req.table]
+        self._violation(prop, o, asserts, zh, en, expected=expected, actual=actual, highlight=highlight, call=call)
+
+    def _unexpected(self, props: dict[str, str], o: Outcome, reply: Any, where: str, where_zh: str) -> None:
+        """The call raised where it should have succeeded: a spurious OOM, or an error."""
+        error = reply.error or {}
+        message = str(error.get("message", ""))[:300]
+        if raised(reply, "RuntimeError"):
+            call = [Line("try:"), Line(f"    {o.step}"), Line("except RuntimeError as error:"), Line(f'    raise AssertionError(f"spurious OOM ({where}): {{error}}")')]
+            self._violation(props["oom"], o, [], f"不应报 OOM（{where_zh}）", f"spurious OOM ({where})", expected="success", actual=f"{error.get('type')}: {message}", highlight=[], call=call)
+            return
+        if not self.ctx.focused(props["count"]):
+            self._violation(props["count"], o, [], f"{o.step} 意外抛出 {error.get('type')}", f"{o.step} raised {error.get('type')}", expected="", actual="", highlight=[])
+            return
+        self._finish(o.start, [Line(o.step)])
+        raise self.ctx.fail(
+            "error",
+            f"{o.step} 意外抛出 {error.get('type')}: {message}（{where_zh}）",
+            f"{o.step} raised {error.get('type')}: {message} ({where})",
+            expected="success",
+            actual=f"{error.get('type')}: {message}",
+            traceback=str(error.get("traceback", "")),
+        )
+
+    # -- given code ---------------------------------------------------------------------------
+    def release(self, req: Req) -> None:
+        self.program.append(("release", self.requests.index(req)))
+        step = f"m.release_request({req.name})"
+        before = self._state()
+        start = len(self.script.lines)
+        guarded = self.diverged
+        if guarded:
+            self.script.lines.extend(self._guarded(step, "Exception", "the grader went on after this step", "评分器在这一步之后继续"))
+        else:
+            self.script.add(step)
+        reply = self._call("method", target=self.manager, name="release_request", args=[req.handle])
+        if not reply.ok:
+            error = reply.error or {}
+            self._given("release", f"release_request 意外抛出 {error.get('type')}", f"release_request raised {error.get('type')}: {str(error.get('message'))[:200]}", "success", str(error.get("type")))
+            raise Inconclusive("release_request raised")
+        after = self._observe(reply, step, None)
+        want = sorted(before.free + req.table)
+        if after.requests[req.name][1] != [] or after.free != want:
+            n = req.name
+            self._given(
+                "release",
+                "release_request 没有把块全部（排好序）还回空闲列表并清空块表",
+                "release_request did not return every block to the free list (sorted) and empty the table",
+                f"free_blocks={want}, block_table=[]",
+                f"free_blocks={after.free}, block_table={after.requests[n][1]}",
+                [(f"m.free_blocks == sorted(free_before + table_before) and {n}.block_table == []", f"release_request should give back {{table_before}} (free_blocks sorted) and empty the table: free_blocks={{m.free_blocks}}, {n}.block_table={{{n}.block_table}}")],
+                None if guarded else start,
+            )
+        self._adopt(after)
+
+
+def _blocks(count: int) -> str:
+    return f"{count} block" if count == 1 else f"{count} blocks"
+
+
+def _read(observed: Any) -> Any:
+    """The value of an observation {"ok": value}, or None when the worker could not read it."""
+    if isinstance(observed, dict) and "ok" in observed:
+        return observed["ok"]
+    return None

@@ -1,0 +1,63 @@
+"""Reproductions: the code a student pastes after their own cells to see a failure again.
+
+A script is built step by step as a check drives the submission, so it holds exactly the
+calls that ran, in order, from a fresh process.  When a check fails it appends `assert`s that
+state the expected and the actual value: pasted after the student's cells the script fails
+there, and after a correct solution it runs clean (every expectation is written relative to
+what the code itself chose, never to this submission's particular block ids).  Comments
+exist in both languages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Line:
+    code: str  # "" for a comment-only line
+    en: str = ""
+    zh: str = ""
+
+    def render(self, lang: str) -> str:
+        comment = self.zh if lang == "zh" and self.zh else self.en
+        if not comment:
+            return self.code
+        if not self.code:
+            return f"# {comment}"
+        return f"{self.code}  # {comment}"
+
+
+@dataclass
+class Script:
+    lines: list[Line] = field(default_factory=list)
+
+    def add(self, code: str, en: str = "", zh: str = "") -> None:
+        self.lines.append(Line(code, en, zh))
+
+    def note(self, en: str, zh: str) -> None:
+        self.lines.append(Line("", en, zh))
+
+    def expect(self, condition: str, message: str, en: str = "", zh: str = "") -> None:
+        """An assert whose message (an f-string body) shows the expected and the actual value.
+
+        The message is written between double quotes, so its expressions use single quotes
+        (an f-string of Python 3.11 cannot nest the same quote or hold a backslash).
+        """
+        if '"' in message or "\\" in message:
+            raise ValueError(f"an assert message for a reproduction cannot hold a double quote or backslash: {message}")
+        self.add(f'assert {condition}, f"{message}"', en, zh)
+
+    def copy(self) -> Script:
+        return Script(list(self.lines))
+
+    def render(self, lang: str, limit: int = 0) -> str:
+        rendered = [line.render(lang) for line in self.lines]
+        if limit and len(rendered) > limit:
+            # Keep the set-up and the failing end; the middle steps are the least telling.
+            head = rendered[: limit // 3]
+            tail = rendered[-(limit - len(head) - 1) :]
+            cut = len(rendered) - len(head) - len(tail)
+            middle = f"# ... 省略 {cut} 行 ..." if lang == "zh" else f"# ... {cut} lines cut ..."
+            rendered = [*head, middle, *tail]
+        return "\n".join(rendered)

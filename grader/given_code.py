@@ -1,0 +1,152 @@
+"""Given code: the parts of the exercise students are handed, not asked to write.
+
+`fingerprint` reads the student template (at `grader assign` time) and keeps, per contract
+name, the source of every given statement: whole methods (`release_request`, ...) and the
+statements before and after each TODO (`raise NotImplementedError`).  `changed` compares a
+submission's last definition of each name with it, statement by statement on the AST (so
+formatting, comments, docstrings and type annotations do not count).  The grade then checks
+the given behaviour too (grader/checks/given.py); an edit of given code never goes unsaid.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from grader.results import Text
+
+CONTRACT = ("estimate_kv_cache_bytes", "Request", "KVCacheManager", "paged_attention")
+FINGERPRINT = Path(__file__).with_name("given_code.json")
+
+
+def fingerprint(template_source: str) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for node in ast.parse(template_source).body:
+        if isinstance(node, ast.FunctionDef) and node.name in CONTRACT:
+            found[node.name] = _function(node)
+        elif isinstance(node, ast.ClassDef) and node.name in CONTRACT:
+            found[node.name] = {"methods": {m.name: _function(m) for m in node.body if isinstance(m, ast.FunctionDef)}}
+    return found
+
+
+def _function(node: ast.FunctionDef) -> dict[str, Any]:
+    body = _body(node)
+    entry: dict[str, Any] = {"args": ast.unparse(_strip(node.args))}
+    todo = next((i for i, stmt in enumerate(body) if _is_todo(stmt)), None)
+    if todo is None:
+        entry["whole"] = [ast.unparse(s) for s in body]
+    else:
+        entry["before"] = [ast.unparse(s) for s in body[:todo]]
+        entry["after"] = [ast.unparse(s) for s in body[todo + 1 :]]
+    return entry
+
+
+def _is_todo(stmt: ast.stmt) -> bool:
+    if not isinstance(stmt, ast.Raise) or stmt.exc is None:
+        return False
+    exc = stmt.exc.func if isinstance(stmt.exc, ast.Call) else stmt.exc
+    return isinstance(exc, ast.Name) and exc.id == "NotImplementedError"
+
+
+def _body(node: ast.FunctionDef) -> list[ast.stmt]:
+    """Statements that do something: no docstring, no bare `pass`."""
+    body = list(node.body)
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+        body = body[1:]
+    return [s for s in body if not isinstance(s, ast.Pass)]
+
+
+class _NoAnnotations(ast.NodeTransformer):
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.AST:
+        if node.value is None:
+            return ast.Pass()
+        return ast.Assign(targets=[node.target], value=node.value, lineno=node.lineno)
+
+    def visit_arg(self, node: ast.arg) -> ast.AST:
+        node.annotation = None
+        return node
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.AST:
+        node.returns = None
+        return self.generic_visit(node)
+
+
+def _strip(node: ast.AST) -> ast.AST:
+    return _NoAnnotations().visit(node)
+
+
+def _shape(source_or_node: str | ast.AST) -> str:
+    """A statement (or its source) as a comparable string: the AST, without annotations."""
+    node = ast.parse(source_or_node).body[0] if isinstance(source_or_node, str) else source_or_node
+    return ast.dump(_strip(node))
+
+
+@cache
+def _load() -> dict[str, Any]:
+    try:
+        return json.loads(FINGERPRINT.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def changed(sources: list[str], reference: dict[str, Any] | None = None) -> list[Text]:
+    """Where a submission's given code differs from the template's, in both languages."""
+    given = _load() if reference is None else reference
+    definitions: dict[str, ast.AST] = {}
+    for source in sources:
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in CONTRACT:
+                definitions[node.name] = node  # the last definition is the one that counts
+    notes: list[Text] = []
+    for name, spec in given.items():
+        node = definitions.get(name)
+        if node is None:
+            continue  # a missing definition is reported by the items that need it
+        if "methods" in spec:
+            if not isinstance(node, ast.ClassDef):
+                notes.append(_note(name, "不再是类", "is no longer a class"))
+                continue
+            methods = {m.name: m for m in node.body if isinstance(m, ast.FunctionDef)}
+            for method, expected in spec["methods"].items():
+                where = f"{name}.{method}"
+                if method not in methods:
+                    notes.append(_note(where, "被删除了", "was removed"))
+                else:
+                    notes.extend(_compare(where, methods[method], expected))
+        elif isinstance(node, ast.FunctionDef):
+            notes.extend(_compare(name, node, spec))
+        else:
+            notes.append(_note(name, "不再是函数", "is no longer a function"))
+    return notes
+
+
+def _compare(where: str, node: ast.FunctionDef, expected: dict[str, Any]) -> list[Text]:
+    notes = []
+    args = ast.parse(f"def f({expected['args']}): pass").body[0].args  # type: ignore[attr-defined]
+    if _shape(args) != _shape(node.args):
+        notes.append(_note(where, "的参数与模板不同", "has parameters other than the template's"))
+    body = [_shape(s) for s in _body(node)]
+    if "whole" in expected:
+        if body != [_shape(s) for s in expected["whole"]]:
+            notes.append(_note(where, "与模板不同", "differs from the template"))
+        return notes
+    before, after = [_shape(s) for s in expected["before"]], [_shape(s) for s in expected["after"]]
+    if body[: len(before)] != before:
+        notes.append(_note(where, "中 TODO 之前的给定语句与模板不同", "differs from the template in the statements before the TODO"))
+    if after and body[-len(after) :] != after:
+        notes.append(_note(where, "中 TODO 之后的给定语句与模板不同", "differs from the template in the statements after the TODO"))
+    return notes
+
+
+def _note(where: str, zh: str, en: str) -> Text:
+    return Text(
+        f"给定代码被修改：{where} {zh}（仍按提交的代码评分，给定代码的行为另行检查）",
+        f"given code changed: {where} {en} (graded as submitted; the given behaviour is checked separately)",
+    )

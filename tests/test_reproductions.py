@@ -1,0 +1,50 @@
+"""Every reproduction the corpus produces reproduces, both ways.
+
+Pasted after the submission's code in a fresh interpreter it fails (an assert with the
+expected and actual value, or the submission's own error); pasted after the reference
+solution it runs clean.  The Chinese version is the same code with other comments.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from grader.submission import load_submission
+from tests.conftest import CORPUS, ROOT, graded
+from tests.repro_runner import run_scripts
+
+pytestmark = pytest.mark.slow
+
+BUGGY = sorted((CORPUS / "buggy").glob("*.py"))
+REFERENCE = (ROOT / "reference" / "paged_attention.py").read_text(encoding="utf-8")
+
+
+def _code(text: str) -> list[str]:
+    return [line.split("  # ")[0].rstrip() for line in text.splitlines() if not line.lstrip().startswith("#")]
+
+
+def test_reproductions_fail_on_the_submission_and_pass_on_the_reference() -> None:
+    cases: list[tuple[str, str, str]] = []  # (label, submission code, reproduction)
+    for path in BUGGY:
+        result = graded(path)
+        submission = "\n\n".join(c.source for c in load_submission(path, 1 << 24).cells)
+        failed = [i for i in result.items if i.status == "failed" and i.failure is not None]
+        assert failed, f"{path.name} lost no points"
+        for item in failed:
+            repro = item.failure.repro
+            assert repro, f"{path.name} {item.id}: no reproduction"
+            assert _code(repro) == _code(item.failure.repro_zh), f"{path.name} {item.id}: the two languages differ in code"
+            cases.append((f"{path.stem} {item.id}", submission, repro))
+    scripts = [f"{submission}\n\n{repro}\n" for _, submission, repro in cases] + [f"{REFERENCE}\n\n{repro}\n" for *_, repro in cases]
+    outcomes = run_scripts(scripts)
+    on_submission, on_reference = outcomes[: len(cases)], outcomes[len(cases) :]
+    silent = [label for (label, *_), (code, _) in zip(cases, on_submission, strict=True) if code == 0]
+    noisy = [(label, line) for (label, *_), (code, line) in zip(cases, on_reference, strict=True) if code != 0]
+    assert not silent, f"these reproductions run clean on the submission they came from: {silent}"
+    assert not noisy, f"these reproductions fail on the reference solution: {noisy}"
+
+
+def test_a_reproduction_ends_in_an_assert_stating_expected_and_actual() -> None:
+    item = next(i for i in graded(CORPUS / "buggy" / "todo3_mod_eq_one.py").items if i.status == "failed")
+    last = item.failure.repro.rstrip().splitlines()[-1]
+    assert last.startswith("assert ") and ", f\"" in last, last
