@@ -30,6 +30,9 @@ def register(verbs: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--seed", type=int, default=0, help="which sample --sample takes (default 0); not the hypothesis seed"
     )
+    p.add_argument(
+        "--id", action="append", default=None, metavar="ID", help="only this mutant (repeatable): re-check a survivor"
+    )
     p.add_argument("--list", action="store_true", help="list the mutants (id, TODO, change) without grading")
     p.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the full report as JSON")
     p.add_argument("--root", type=Path, default=Path("."), help="the repository's root (default: current directory)")
@@ -71,6 +74,12 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_CANNOT
     every = mutants.generate(source.read_text(encoding="utf-8"))
     chosen = mutants.select(every, args.todo)
+    if args.id:
+        unknown = sorted(set(args.id) - {m.id for m in chosen})
+        if unknown:
+            print(f"audit: no such mutant{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}", file=sys.stderr)
+            return EXIT_CANNOT
+        chosen = [m for m in chosen if m.id in args.id]
     if args.sample is not None:
         chosen = mutants.sample(chosen, args.sample, args.seed)
     if args.list:
@@ -110,6 +119,8 @@ def run(args: argparse.Namespace) -> int:
         print("audit: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     parts = [f"{args.todo} only"] if args.todo else []
+    if args.id:
+        parts.append(f"{len(chosen)} chosen by id")
     if args.sample is not None:
         parts.append(f"sample of {args.sample}, seed {args.seed}")
     audit = Audit(outcomes, listed, time.monotonic() - started, args.jobs, ", ".join(parts))
