@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from grader.commands import assign, dashboard, export, grade, grade_batch, gradescope_zip, import_results
+from grader.commands import assign, audit, dashboard, export, grade, grade_batch, gradescope_zip, import_results
 
-VERBS = (grade, grade_batch, import_results, export, dashboard, gradescope_zip, assign)
+VERBS = (grade, grade_batch, import_results, export, dashboard, gradescope_zip, assign, audit)
 
 
 def build_parser() -> argparse.ArgumentParser:
