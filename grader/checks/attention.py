@@ -13,6 +13,7 @@ changed input is the inputs item's, wherever it happens.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -33,14 +34,16 @@ from grader.checks.attention_cases import (
     setup_lines,
 )
 from grader.checks.base import Abort, ItemContext, Need, grade_item, hypothesis_settings, run_item
-from grader.checks.dense import dense_attention, diagnose, tolerance
+from grader.checks.dense import TOLERANCE_FLOOR, dense_attention, diagnose, tolerance
 from grader.checks.script import Line, Script
 from grader.results import Failure
 
 LABEL = "TODO 5"
 BASE, INPUTS, CUDA = "todo5.mha_fp32", "todo5.inputs_unchanged", "todo5.cuda"
+PASSED = "todo5:right"  # calls whose result was right, whatever their features
 FEATURE_OF = {"todo5.gqa": GQA, "todo5.paging": PAGING, "todo5.scale_and_stability": SCALE, "todo5.low_precision": LOW_PRECISION}
 MIN_PASSED = 6
+MIN_RIGHT = 3  # right results overall before a feature handled consistently earns its points
 
 
 @dataclass
@@ -61,8 +64,17 @@ def digest(array: Array) -> str:
     return hashlib.sha256(np.ascontiguousarray(array.raw).tobytes()).hexdigest()
 
 
-def call(ctx: ItemContext, case: Case) -> tuple[Verdict | None, list[str]]:
-    """One call of paged_attention: its verdict, and the names of the inputs it changed."""
+@dataclass
+class Called:
+    """One call of paged_attention as the judge saw it."""
+
+    verdict: Verdict | None  # None: right
+    changed: list[str]  # inputs it modified
+    out: np.ndarray | None  # the output as float64, when it was a tensor of the right shape
+
+
+def call(ctx: ItemContext, case: Case) -> Called:
+    """One call of paged_attention: its verdict, the inputs it changed, its output."""
     inputs = make_inputs(case)
     fields = {name: a.payload() for name, a in inputs.items()}
     if case.scale_style != "default":
@@ -73,11 +85,17 @@ def call(ctx: ItemContext, case: Case) -> tuple[Verdict | None, list[str]]:
         if error.get("not_implemented"):
             raise Abort(ctx.failure("not_implemented", f"{LABEL} 还没有实现（paged_attention 抛出 NotImplementedError）", f"{LABEL} is not implemented yet (paged_attention raised NotImplementedError)"))
         what = f"{error.get('type')}: {str(error.get('message'))[:300]}"
-        return Verdict("error", f"paged_attention 意外抛出 {what}", f"paged_attention raised {what}", actual=what, traceback=str(error.get("traceback", ""))), []
+        return Called(Verdict("error", f"paged_attention 意外抛出 {what}", f"paged_attention raised {what}", actual=what, traceback=str(error.get("traceback", ""))), [], None)
     value = reply.value if isinstance(reply.value, dict) else {}
     digests = value.get("input_digests") or {}
     changed = [n for n, a in inputs.items() if n in digests and digests[n] != digest(a)] if digests else []
-    return judge(case, inputs, value), changed
+    try:
+        out = decode(value.get("output")).values().astype(np.float64)
+    except (TypeError, ValueError):
+        out = None
+    if out is not None and list(out.shape) != list(inputs["query"].shape):
+        out = None
+    return Called(judge(case, inputs, value), changed, out)
 
 
 def judge(case: Case, inputs: dict[str, Array], value: dict) -> Verdict | None:
@@ -154,34 +172,63 @@ def write_call(script: Script, case: Case, number: int, total: int) -> None:
         script.add(line)
 
 
-def _passes(ctx: ItemContext, history: list[Case], index: int, case: Case) -> bool:
-    """Whether `case`, called after the example's earlier calls in a fresh process, passes."""
+def _ablated(ctx: ItemContext, history: list[Case], index: int, case: Case) -> Called:
+    """`case` called after the example's earlier calls, in a fresh process."""
     with ctx.side_session():
         for earlier in history[:index]:
             call(ctx, earlier)
-        verdict, _ = call(ctx, case)
-    return verdict is None
+        return call(ctx, case)
 
 
-def owners(ctx: ItemContext, history: list[Case], index: int) -> set[str]:
-    """The items a failing call belongs to, by ablation (only the focus item's, when there is one).
+def _consistent(case: Case, feature: str, out: np.ndarray | None, ablated: Called) -> bool:
+    """Whether the submission handled `feature` the way it handles the case without it.
 
-    A feature's item owns it when the same call without that feature passes; the base item
-    owns what still fails with every feature off.  The CUDA item owns whatever fails on CUDA.
+    The ablation keeps every value in place (grader/checks/attention_cases.py), so the outputs
+    compare directly: GQA's first query head of each group against the case with one query
+    head per KV head; paging against the same sequences laid out in order; float16 and
+    bfloat16 against float32 within the dtype's tolerance.
+    """
+    if out is None or ablated.out is None or not np.isfinite(out).all() or not np.isfinite(ablated.out).all():
+        return False
+    if feature == GQA:
+        out = out[:, :: case.group]
+    elif feature not in (PAGING, LOW_PRECISION, SCALE):
+        return False
+    return out.shape == ablated.out.shape and float(np.abs(out - ablated.out).max()) <= 4 * TOLERANCE_FLOOR[case.dtype]
+
+
+def owners(ctx: ItemContext, history: list[Case], index: int, out: np.ndarray | None = None) -> tuple[set[str], set[str]]:
+    """The items a failing call belongs to, by ablation (only the focus item's, when there is one),
+    and the feature items it still exercised.
+
+    A feature's item owns the failure when the same call without that feature passes; the base
+    item owns what still fails with every feature off; the CUDA item owns whatever fails on
+    CUDA.  A feature whose removal changes nothing in the (wrong) output was handled right:
+    its item counts the call as checked, so a mistake elsewhere does not cost it.
     """
     case = history[index]
     if ctx.focus == CUDA:
-        return {CUDA}
+        return {CUDA}, set()
     candidates = [ctx.focus] if ctx.focus is not None else [BASE, *FEATURE_OF]
-    found = set()
+    found, exercised = set(), set()
     for item in candidates:
         if item == BASE:
             plain = case.plain()
-            if plain == case or not _passes(ctx, history, index, plain):
+            if plain == case or _ablated(ctx, history, index, plain).verdict is not None:
                 found.add(BASE)
-        elif item in FEATURE_OF and case.has(FEATURE_OF[item]) and _passes(ctx, history, index, case.without(FEATURE_OF[item])):
-            found.add(item)
-    return found
+        elif item in FEATURE_OF and case.has(FEATURE_OF[item]):
+            feature = FEATURE_OF[item]
+            ablated = _ablated(ctx, history, index, case.without(feature))
+            if ablated.verdict is None:
+                found.add(item)
+            elif feature == SCALE and case.scale is not None and case.dtype == "float32":
+                # scale s on query q is the default scale on q * s * sqrt(head_dim)
+                same = replace(case, scale=None, scale_style="default", boost=case.boost * case.scale * math.sqrt(case.head_dim))
+                if _consistent(case, SCALE, out, _ablated(ctx, history, index, same)):
+                    exercised.add(item)
+            elif _consistent(case, feature, out, ablated):
+                exercised.add(item)
+    return found, exercised
 
 
 def check_history(ctx: ItemContext, history: list[Case]) -> None:
@@ -191,23 +238,27 @@ def check_history(ctx: ItemContext, history: list[Case]) -> None:
     for index, case in enumerate(history):
         write_call(script, case, index + 1, len(history))
         script.add(f"out = paged_attention({call_args(case)})")
-        verdict, changed = call(ctx, case)
-        if changed:
-            _record_mutation(ctx, script, changed)
+        called = call(ctx, case)
+        if called.changed:
+            _record_mutation(ctx, script, called.changed)
+        verdict = called.verdict
         if verdict is not None:
-            found = owners(ctx, history, index)
+            found, exercised = owners(ctx, history, index, called.out)
             if ctx.focus in found:
                 for condition, message in verdict.asserts:
                     script.expect(condition, message)
                 raise ctx.fail(verdict.kind, verdict.zh, verdict.en, expected=verdict.expected, actual=verdict.actual, picture=verdict.picture, traceback=verdict.traceback)
             for item in found:
                 ctx.record(item, verdict.zh, verdict.en)
+            for item in exercised:
+                ctx.count(item)
             return  # nothing more to learn from this example
         ctx.count(CUDA if case.device != "cpu" else BASE)
+        ctx.count(PASSED)
         for item, feature in FEATURE_OF.items():
             if case.has(feature):
                 ctx.count(item)
-        if not changed:
+        if not called.changed:
             ctx.count(INPUTS + ":clean")
 
 
@@ -322,9 +373,11 @@ def plan(run: ItemContext) -> tuple[list[Callable[[], None]], Callable[[], None]
 
 
 NEEDS = {
-    item: [Need(item, MIN_PASSED, "通过检查的调用不够多（其余调用因为其他问题失败）", "too few calls could be checked (the others failed for other reasons)")]
+    item: [Need(item, MIN_PASSED, "这一性质被检查的调用不够多（其余调用因为其他问题失败）", "too few calls could check this property (the others failed for other reasons)")]
     for item in (BASE, *FEATURE_OF, CUDA)
 }
+for _item in FEATURE_OF:  # a feature handled consistently counts only if some results are right at all
+    NEEDS[_item].append(Need(PASSED, MIN_RIGHT, "几乎没有调用返回正确结果", "hardly any call returned a right result"))
 NEEDS[INPUTS] = [Need(INPUTS + ":clean", MIN_PASSED, "结果正确且未修改输入的调用不够多", "too few calls returned a correct result without touching their inputs")]
 
 

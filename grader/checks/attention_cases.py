@@ -26,6 +26,7 @@ from grader.checks.dense import DENSE_SOURCE, FILL_SOURCE, fill
 GQA, PAGING, SCALE, LOW_PRECISION = "gqa", "paging", "scale", "low_precision"
 FEATURES = (GQA, PAGING, SCALE, LOW_PRECISION)
 INPUT_NAMES = ("query", "key_cache", "value_cache", "block_tables", "seq_lens")
+MAX_GROUP = 8  # query heads are drawn for 8 per KV head and the first `group` kept
 
 
 @dataclass(frozen=True)
@@ -63,11 +64,24 @@ class Case:
         return sum(self.needs) + self.spare
 
     @property
+    def order(self) -> list[int]:
+        """Where each logical block lies: the sequences' blocks in turn, then the spare ones."""
+        if not self.shuffle:
+            return list(range(self.num_blocks))
+        return [int(b) for b in np.random.default_rng(self.shuffle).permutation(self.num_blocks)]
+
+    @property
+    def holds(self) -> list[int]:
+        """The logical block each physical block holds (the inverse of `order`)."""
+        inverse = [0] * self.num_blocks
+        for logical, physical in enumerate(self.order):
+            inverse[physical] = logical
+        return inverse
+
+    @property
     def tables(self) -> list[list[int]]:
         """Each sequence's blocks, then padding entries: spare blocks or other sequences' blocks."""
-        order = list(range(self.num_blocks))
-        if self.shuffle:
-            order = [int(b) for b in np.random.default_rng(self.shuffle).permutation(self.num_blocks)]
+        order = self.order
         width = max(self.needs) + self.padding
         rows, start = [], 0
         spares = order[sum(self.needs) :]
@@ -116,8 +130,12 @@ class Case:
 def make_inputs(case: Case) -> dict[str, Array]:
     """The case's tensors, exactly as its reproduction makes them."""
     kv_shape = (case.num_blocks, case.block_size, case.num_kv_heads, case.head_dim)
-    query = fill((len(case.seq_lens), case.num_heads, case.head_dim), case.salt) * np.float32(case.boost)
-    key_cache, value_cache = fill(kv_shape, case.salt + 1), fill(kv_shape, case.salt + 2)
+    num_seqs = len(case.seq_lens)
+    # Values belong to logical positions, not to where the table puts them, so that a case and
+    # its ablations (GQA off, paging off, float32) attend over the same numbers.
+    query = fill((num_seqs, case.num_kv_heads, MAX_GROUP, case.head_dim), case.salt)[:, :, : case.group]
+    query = query.reshape(num_seqs, case.num_heads, case.head_dim) * np.float32(case.boost)
+    key_cache, value_cache = fill(kv_shape, case.salt + 1)[case.holds], fill(kv_shape, case.salt + 2)[case.holds]
     if case.poison:
         for cache in (key_cache, value_cache):
             cache[case.unread] = np.nan
@@ -147,10 +165,13 @@ def setup_lines(case: Case) -> list[str]:
     """Code making the case's inputs (after the `fill` helper), one call's worth."""
     dt = f"torch.{case.dtype}"
     kv = (case.num_blocks, case.block_size, case.num_kv_heads, case.head_dim)
+    n = len(case.seq_lens)
     boost = f" * {case.boost:g}" if case.boost != 1.0 else ""
+    where = "" if not case.shuffle else f"[{case.holds}]"
     lines = [
-        f"query = (fill({(len(case.seq_lens), case.num_heads, case.head_dim)}, {case.salt}){boost}).to({dt})",
-        f"key_cache, value_cache = fill({kv}, {case.salt + 1}).to({dt}), fill({kv}, {case.salt + 2}).to({dt})",
+        f"query = (fill({(n, case.num_kv_heads, MAX_GROUP, case.head_dim)}, {case.salt})[:, :, :{case.group}].reshape({n}, {case.num_heads}, {case.head_dim}){boost}).to({dt})",
+        f"key_cache = fill({kv}, {case.salt + 1}){where}.to({dt})" + ("  # blocks in shuffled physical order" if where else ""),
+        f"value_cache = fill({kv}, {case.salt + 2}){where}.to({dt})",
     ]
     if case.poison:
         lines.append(f"key_cache[{case.unread}] = value_cache[{case.unread}] = float('nan')  # blocks no sequence reads")
@@ -200,7 +221,7 @@ def cases(draw: st.DrawFn, force: str | None = None, device: str = "cpu") -> Cas
         device=device,
     )
     if on(GQA):
-        case = replace(case, group=draw(st.sampled_from([2, 3, 4, 8]), label="group"))
+        case = replace(case, group=draw(st.sampled_from([2, 3, 4, MAX_GROUP]), label="group"))
     if on(PAGING):
         case = replace(case, shuffle=draw(st.integers(1, 2**16), label="shuffle"), padding=draw(st.integers(0, 3), label="padding"), poison=True)
     if on(SCALE):

@@ -20,20 +20,26 @@ from grader.checks.arrays import round_to
 
 TOLERANCE_FLOOR = {"float32": 2e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
 TOLERANCE_MARGIN = 4.0
-HASH_MULTIPLIER = 2654435761  # Knuth's multiplicative hash
 
 
 def fill(shape: tuple[int, ...], salt: int) -> np.ndarray:
-    """Values exact in float32, float16 and bfloat16: multiples of 1/64 in [-2, 2]."""
-    i = np.arange(math.prod(shape), dtype=np.int64)
-    v = (((i * HASH_MULTIPLIER + salt) % 4294967296) >> 7) % 257 - 128
-    return (v.astype(np.float32) / np.float32(64)).reshape(shape)
+    """Values exact in float32, float16 and bfloat16: multiples of 1/64 in [-2, 2].
+
+    An integer hash of (position, salt), the same in numpy and torch (every product stays
+    below 2**63); different salts give unrelated values.
+    """
+    a = (np.arange(math.prod(shape), dtype=np.int64) + salt * 1000003) % 2**31
+    x = (a * 1103515245 + 12345) % 2**31
+    x = ((x ^ (x >> 11)) * 1664525 + 1013904223) % 2**31
+    return (((x >> 7) % 257 - 128).astype(np.float32) / np.float32(64)).reshape(shape)
 
 
 FILL_SOURCE = (
     "def fill(shape, salt):  # exact in every dtype: multiples of 1/64 in [-2, 2]",
-    "    i = torch.arange(math.prod(shape), dtype=torch.int64)",
-    f"    return ((((i * {HASH_MULTIPLIER} + salt) % 4294967296) >> 7) % 257 - 128).reshape(shape) / 64",
+    "    a = (torch.arange(math.prod(shape)) + salt * 1000003) % 2**31",
+    "    x = (a * 1103515245 + 12345) % 2**31",
+    "    x = ((x ^ (x >> 11)) * 1664525 + 1013904223) % 2**31",
+    "    return ((x >> 7) % 257 - 128).reshape(shape) / 64",
 )
 DENSE_SOURCE = (
     "def dense(query, key_cache, value_cache, block_tables, seq_lens, scale=None):  # float64 reference",
