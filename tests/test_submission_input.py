@@ -199,12 +199,12 @@ def test_wrong_signatures_are_reported_as_type_errors() -> None:
     for item_id, item in items.items():
         if item.status == "not_run":
             continue
-        if item_id in ("todo5.mha_fp32", "todo5.gqa", "todo5.paging", "todo5.low_precision"):
-            assert item.status == "passed", item.failure  # these never pass `scale`
+        if item_id.startswith("todo5.") and item_id != "todo5.scale_and_stability":
+            assert item.status == "passed", item.failure  # a call passing `scale` fails for the scale item alone
             continue
         assert item.status == "failed", item_id
         assert "TypeError" in item.failure.message.en and "TypeError" in item.failure.message.zh
-        assert item.failure.kind == ("wrong" if item_id == "todo1.rejects_nonpositive" else "error")
+        assert item.failure.kind == "error"
     assert "unexpected keyword argument 'head_dim'" in items["todo2.block_count"].failure.message.en
 
 
@@ -212,15 +212,15 @@ def test_wrong_signatures_are_reported_as_type_errors() -> None:
 def test_wrong_return_types_fail_every_item_that_reads_them() -> None:
     result = graded(HOSTILE / "input_wrong_return_types.py")
     items = {i.id: i for i in result.items}
-    assert items["todo1.rejects_nonpositive"].status == "passed"  # raises the right error; returns nothing
     failed = [i for i in result.items if i.status == "failed"]
-    assert len(failed) == len([i for i in result.items if i.status != "not_run"]) - 1
+    assert len(failed) == len([i for i in result.items if i.status != "not_run"])
     assert "should be a dict" in items["todo1.per_token"].failure.message.en
-    assert "free_blocks" in items["todo2.block_count"].failure.message.en
+    assert "TypeError" in items["todo2.block_count"].failure.message.en  # a deque cannot be sliced
     assert "list" in items["todo4.table_order"].failure.message.en
     assert "ndarray" in items["todo5.mha_fp32"].failure.message.en
     for item in failed:
-        assert item.failure.kind in ("wrong", "error") and item.failure.message.zh and item.failure.message.en
+        assert item.failure.kind in ("wrong", "error", "not_exercised") and item.failure.message.zh and item.failure.message.en
+    assert any("given code" in g.message.en for g in result.given_code)  # the deque and the list-shaped ledger
 
 
 @pytest.mark.slow

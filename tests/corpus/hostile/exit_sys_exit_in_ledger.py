@@ -1,4 +1,4 @@
-# hostile: estimate_kv_cache_bytes raises SystemExit; expect todo1.per_token and todo1.per_block_and_total to fail (error, SystemExit named), todo1.rejects_nonpositive to fail (wrong), the rest to pass
+# hostile: estimate_kv_cache_bytes raises SystemExit; expect todo1.per_token and todo1.per_block_and_total to fail (error, SystemExit named), the rest to pass
 import math
 
 import torch

@@ -1,4 +1,4 @@
-# hostile: right numbers in the wrong types: the ledger as a list of pairs, free_blocks a deque, the logical cache a nested list, attention a numpy array; expect every item but todo1.rejects_nonpositive to fail (wrong, or error naming the type)
+# hostile: right numbers in the wrong types: the ledger as a list of pairs, free_blocks a deque, the logical cache a nested list, attention a numpy array; expect every item to fail (wrong, error naming the type, or not exercised) and given-code findings
 import collections
 import math
 

@@ -1,4 +1,4 @@
-# hostile: every function has the wrong signature (a parameter missing); expect todo1-4 to fail (error, TypeError named; rejects_nonpositive wrong), the todo5 items that pass a scale to fail (error), the other todo5 items to pass
+# hostile: every function has the wrong signature (a parameter missing); expect todo1-4 to fail (error, TypeError named), todo5.scale_and_stability to fail (error), the other todo5 items to pass
 import math
 
 import torch
