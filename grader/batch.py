@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 from urllib.parse import quote
 
 import grader
@@ -349,6 +349,7 @@ def run_batch(
     force: bool = False,
     stream: TextIO = sys.stderr,
     on_record: Callable[[Outcome], None] | None = None,
+    python: str = sys.executable,
 ) -> Summary:
     summary = Summary()
     with Gradebook.in_dir(out) as book:
@@ -361,47 +362,61 @@ def run_batch(
                 todo.append((student, sha))
         if summary.skipped:
             stream.write(f"{summary.skipped} unchanged since their last grading: skipped (--force regrades)\n")
-        runner = Runner(config, grade_args, timeout_s)
+        runner = Runner(config, grade_args, timeout_s, python)
         progress = Progress(len(todo), stream)
-        previous = _interrupt_on_sigterm()
         pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="grade")
+        finished = False
         try:
-            students = {pool.submit(runner.grade, s, sha): s for s, sha in todo}
-            pending: set[Future[Outcome | None]] = set(students)
-            while pending:
-                finished, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    try:
-                        outcome = future.result()
-                        if outcome is not None:
-                            _record(book, out, outcome, lang)
-                    except Exception as error:  # one student's trouble (a full disk, a bug) never ends the batch
-                        summary.errors += 1
-                        progress.advance(students[future].id, f"ERROR not recorded: {type(error).__name__}: {error}")
-                        continue
-                    if outcome is None:
-                        continue
-                    if on_record is not None:
-                        on_record(outcome)
-                    if outcome.status == GRADED:
-                        summary.graded += 1
-                        text = f"{outcome.result.score:g}/{outcome.result.max_score:g} ({outcome.seconds:.1f} s)"
-                    else:
-                        summary.errors += 1
-                        text = f"ERROR {outcome.result.error.kind if outcome.result.error else ''}"
-                    progress.advance(outcome.student.id, text)
+            with stop_on_signals():
+                by_future = {pool.submit(runner.grade, s, sha): s for s, sha in todo}
+                pending: set[Future[Outcome | None]] = set(by_future)
+                while pending:
+                    done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        _finish(future, by_future[future], book, out, lang, summary, progress, on_record)
+                finished = True
         except KeyboardInterrupt:
             summary.interrupted = True
-            with _signals_ignored():  # a second Ctrl-C must not leave graders running unwatched
-                runner.stop_all()
-                pool.shutdown(wait=True, cancel_futures=True)
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
+            if not finished:
+                runner.stopping.set()  # from here on no grader starts
+            with _signals_ignored():  # a second Ctrl-C must not leave graders running unwatched
+                if not finished:
+                    runner.stop_all()
+                pool.shutdown(wait=True, cancel_futures=True)
             progress.close()
         summary.left = len(todo) - summary.graded - summary.errors
     return summary
+
+
+def _finish(
+    future: Future[Outcome | None],
+    student: Student,
+    book: Gradebook,
+    out: Path,
+    lang: str,
+    summary: Summary,
+    progress: Progress,
+    on_record: Callable[[Outcome], None] | None,
+) -> None:
+    try:
+        outcome = future.result()
+        if outcome is None:  # the batch is stopping: nothing to record
+            return
+        _record(book, out, outcome, lang)
+    except Exception as error:  # one student's trouble (a full disk, a bug) never ends the batch
+        summary.errors += 1
+        progress.advance(student.id, f"ERROR not recorded: {type(error).__name__}: {error}")
+        return
+    if on_record is not None:
+        on_record(outcome)
+    if outcome.status == GRADED:
+        summary.graded += 1
+        text = f"{outcome.result.score:g}/{outcome.result.max_score:g} ({outcome.seconds:.1f} s)"
+    else:
+        summary.errors += 1
+        text = f"ERROR {outcome.result.error.kind if outcome.result.error else ''}"
+    progress.advance(outcome.student.id, text)
 
 
 def _record(book: Gradebook, out: Path, outcome: Outcome, lang: str) -> None:
@@ -431,15 +446,31 @@ def _signals_ignored() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _interrupt_on_sigterm() -> Any:
-    """SIGTERM (a CI cancel, `kill`) stops the batch the way Ctrl-C does."""
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """SIGINT and SIGTERM (Ctrl-C, `kill`, a CI cancel) raise KeyboardInterrupt in the main thread.
+
+    Installed for SIGINT too, not left to Python: a process that starts with SIGINT ignored
+    (a background job of a script, `cmd &` under nohup or cron) keeps it ignored, and so would
+    every grader it starts.  A handler of our own is reset to the default in each grader at
+    exec, so the graders also stop on the SIGINT the batch sends them.
+    """
     if threading.current_thread() is not threading.main_thread():
-        return None
-
-    def handler(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    return signal.signal(signal.SIGTERM, handler)
+        yield
+        return
+    saved = {sig: signal.signal(sig, _raise_interrupt) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
 def write_dashboard(out: Path, lang: str) -> Path:

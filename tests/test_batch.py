@@ -187,6 +187,77 @@ def test_a_crashing_or_hanging_grader_becomes_an_error_record(tmp_path: Path) ->
     assert time.monotonic() - started < 15
 
 
+# -- stopping on signals, also when SIGINT was inherited as ignored ---------------------------
+
+# A stand-in for `python -m grader grade PATH --json OUT ...`: students named quick* get a
+# results.json at once; the others record which signals they ignore and wait to be stopped
+# (a Python, like the real grader, so SIGINT with the default disposition ends it).
+FAKE_GRADER = """#!/bin/sh
+case "$4" in
+    *quick*|*"$FAKE_FINISH"*) cp "$FAKE_RESULT" "$6"; exit 0 ;;
+esac
+grep '^SigIgn' /proc/$$/status > "$4.sigign"
+exec "$FAKE_PYTHON" -c 'import time; time.sleep(120)' "$4"
+"""
+
+DRIVER = """
+import sys
+from pathlib import Path
+from grader import batch
+from grader.config import load_config
+out, fake, *paths = sys.argv[1:]
+students = [batch.Student(Path(p).stem, Path(p)) for p in paths]
+summary = batch.run_batch(students, Path(out), load_config(), lang="en", jobs=3, grade_args=[], timeout_s=300, python=fake)
+sys.exit(130 if summary.interrupted else 0)
+"""
+
+IGNORING_SIGINT = "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); os.execv(sys.executable, sys.argv[1:])"
+
+
+def _ignored(sigign_line: str, sig: int) -> bool:
+    return bool(int(sigign_line.split()[1], 16) >> (sig - 1) & 1)
+
+
+def test_a_batch_started_with_sigint_ignored_still_stops_on_it_and_resumes(tmp_path: Path) -> None:
+    subs, out = tmp_path / "subs", tmp_path / "out"
+    subs.mkdir()
+    paths = [subs / f"{name}.ipynb" for name in ("quick1", "slow1", "slow2")]
+    for path in paths:
+        path.write_text("{}")
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps(to_results_json(synthetic(None), "en")))
+    fake = _fake_python(tmp_path, FAKE_GRADER.split("\n", 1)[1])
+    env = {**os.environ, "FAKE_RESULT": str(result), "FAKE_PYTHON": sys.executable, "FAKE_FINISH": "nobody"}
+    argv = [sys.executable, "-c", DRIVER, str(out), fake, *map(str, paths)]
+    # As a background job of a script would: SIGINT ignored before the batch's Python starts.
+    proc = subprocess.Popen([sys.executable, "-c", IGNORING_SIGINT, *argv], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    markers = [subs / "slow1.ipynb.sigign", subs / "slow2.ipynb.sigign"]
+    try:
+        deadline = time.monotonic() + 60
+        while (_recorded(out / "gradebook.sqlite") < 1 or not all(m.exists() and m.read_text() for m in markers)) and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.1)
+        assert proc.poll() is None, "the batch ended by itself"
+        os.kill(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=60) == 130, proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    # Each grader started with SIGINT at its default, so the SIGINT the batch sent it ended it.
+    assert not any(_ignored(m.read_text(), signal.SIGINT) for m in markers), [m.read_text() for m in markers]
+    _no_grader_left(tmp_path)
+    assert _recorded(out / "gradebook.sqlite") == 1
+
+    again = subprocess.run(argv, cwd=ROOT, env={**env, "FAKE_FINISH": "slow"}, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert "1 unchanged since their last grading: skipped" in again.stderr
+    with Gradebook.in_dir(out) as book:
+        assert [(e.student, e.status, len(book.history(e.student))) for e in book.current()] == [
+            ("quick1", GRADED, 1), ("slow1", GRADED, 1), ("slow2", GRADED, 1)
+        ]
+
+
 # -- the whole class, killed twice and resumed -------------------------------------------------
 
 
@@ -250,9 +321,12 @@ def _no_grader_left(tmp_path: Path) -> None:
         time.sleep(0.5)
 
 
-def _run_until(args: list[str], gradebook: Path, students: int, sig: signal.Signals, log: Path) -> int:
+def _run_until(args: list[str], gradebook: Path, students: int, sig: signal.Signals, log: Path, sigint_ignored: bool = False) -> int:
+    command = [sys.executable, "-m", "grader", *args]
+    if sigint_ignored:  # as under nohup or cron, or `grade-batch ... &` in a script
+        command = [sys.executable, "-c", IGNORING_SIGINT, *command]
     with open(log, "w") as stderr:
-        proc = subprocess.Popen([sys.executable, "-m", "grader", *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
+        proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
         deadline = time.monotonic() + 400
         while _recorded(gradebook) < students and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -269,7 +343,8 @@ def test_batch_killed_twice_resumes_and_records_every_student_once(tmp_path: Pat
     gradebook = out / "gradebook.sqlite"
     args = ["grade-batch", str(subs), "--out", str(out), "-j", "2", "--lang", "en", "--device", "cpu"]
 
-    assert _run_until(args, gradebook, 4, signal.SIGINT, tmp_path / "run1.log") == 130
+    # The first run started with SIGINT ignored: the batch must stop on it all the same.
+    assert _run_until(args, gradebook, 4, signal.SIGINT, tmp_path / "run1.log", sigint_ignored=True) == 130
     _no_grader_left(tmp_path)
     first = _recorded(gradebook)
     assert 4 <= first < len(expected)
