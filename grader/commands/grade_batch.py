@@ -24,9 +24,8 @@ from grader.commands.grade import add_common_options
 DEFAULT_OUT = Path("grades")
 
 
-def add_out_option(p: argparse.ArgumentParser, *aliases: str) -> None:
-    p.add_argument("--out", *aliases, dest="out", type=Path, default=DEFAULT_OUT,
-                   help=f"class folder with the gradebook (default: {DEFAULT_OUT})")
+def add_out_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"class folder with the gradebook (default: {DEFAULT_OUT})")
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
