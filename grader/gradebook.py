@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -20,7 +19,17 @@ from grader.results import GradeResult
 
 FILENAME = "gradebook.sqlite"
 SCHEMA_VERSION = 1
-GRADED, ERROR = "graded", "error"  # ERROR: the grader itself failed (timeout, crash), retried on re-run
+# Row status.  GRADED: the grader produced a result (which may say the file could not be read);
+# ERROR: the grader itself failed (timeout, crash), retried on re-run; LEFT_OUT: the batch found
+# the student but no single file to grade (several notebooks in their folder, or none).
+GRADED, ERROR, LEFT_OUT = "graded", "error", "left_out"
+# Row source: where the grade was made.  Imports are as trustworthy as the run that made them.
+BATCH, CI, GRADESCOPE = "batch", "import:ci", "import:gradescope"
+LEGACY_IMPORT = "import"  # rows imported before CI and Gradescope were told apart
+
+
+class GradebookError(Exception):
+    """The gradebook file cannot be used (not a gradebook, or written by a newer grader)."""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS students (
@@ -32,11 +41,11 @@ CREATE TABLE IF NOT EXISTS submissions (
     student_id TEXT NOT NULL REFERENCES students(id),
     sha256 TEXT NOT NULL,            -- of the submitted file's bytes
     config_digest TEXT NOT NULL,     -- grader/config.toml that graded it
-    source TEXT NOT NULL,            -- 'batch' or 'import'
+    source TEXT NOT NULL,            -- 'batch', 'import:ci', 'import:gradescope' ('import': older imports)
     path TEXT NOT NULL,
-    submitted_at TEXT,               -- file time (batch) or the export's time (import), UTC
+    submitted_at TEXT,               -- file time (batch), the export's submission time (Gradescope), UTC
     graded_at TEXT NOT NULL,
-    status TEXT NOT NULL,            -- 'graded' or 'error'
+    status TEXT NOT NULL,            -- 'graded', 'error' or 'left_out'
     score REAL NOT NULL,
     max_score REAL NOT NULL,
     result_json TEXT NOT NULL
@@ -89,16 +98,26 @@ def now() -> str:
 
 class Gradebook:
     def __init__(self, path: Path):
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        # isolation_level=None: explicit BEGIN/COMMIT, so one student's rows land all or nothing.
-        self.db = sqlite3.connect(path, isolation_level=None, timeout=30)
-        self.db.execute("PRAGMA foreign_keys = ON")
-        version = self.db.execute("PRAGMA user_version").fetchone()[0]
-        if version > SCHEMA_VERSION:
-            raise RuntimeError(f"{path} was written by a newer grader (schema {version})")
-        self.db.executescript(SCHEMA)
-        self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # isolation_level=None: explicit BEGIN/COMMIT, so one student's rows land all or nothing.
+            self.db = sqlite3.connect(path, isolation_level=None, timeout=30)
+        except (OSError, sqlite3.Error) as error:
+            raise GradebookError(f"cannot open {path}: {error}") from None
+        try:
+            self.db.execute("PRAGMA foreign_keys = ON")
+            version = self.db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise GradebookError(f"{path} was written by a newer grader (schema {version})")
+            self.db.executescript(SCHEMA)
+            self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        except sqlite3.Error as error:  # e.g. "file is not a database"
+            self.db.close()
+            raise GradebookError(f"cannot use {path}: {error}") from None
+        except GradebookError:
+            self.db.close()
+            raise
 
     @classmethod
     def in_dir(cls, directory: Path) -> Gradebook:
@@ -173,6 +192,22 @@ class Gradebook:
                 raise
         return row_id
 
+    def has_result(self, student: str, source: str, result: GradeResult) -> bool:
+        """This exact result is already recorded for the student from this source (an import run twice)."""
+        raw = json.dumps(result.to_dict(), ensure_ascii=False, sort_keys=True)
+        row = self.db.execute(
+            "SELECT 1 FROM submissions WHERE student_id = ? AND source IN (?, ?) AND result_json = ? LIMIT 1",
+            (student, source, LEGACY_IMPORT, raw),
+        ).fetchone()
+        return row is not None
+
+    def latest_made_here(self, student: str) -> Entry | None:
+        """The student's newest row from grade-batch (imports aside)."""
+        row = self.db.execute(
+            "SELECT * FROM submissions WHERE student_id = ? AND source = ? ORDER BY id DESC LIMIT 1", (student, BATCH)
+        ).fetchone()
+        return _entry(row) if row else None
+
     def latest(self, student: str) -> Entry | None:
         row = self.db.execute("SELECT * FROM latest WHERE student_id = ?", (student,)).fetchone()
         return _entry(row) if row else None
@@ -180,11 +215,8 @@ class Gradebook:
     def is_current(self, student: str, sha256: str, config_digest: str) -> bool:
         """Already graded from these exact bytes under this configuration (errors do not count)."""
         # Only this machine's own grading counts: an imported result cannot make a re-grade skip.
-        entry = self.db.execute(
-            "SELECT sha256, config_digest, status FROM submissions WHERE student_id = ? AND source = 'batch' ORDER BY id DESC LIMIT 1",
-            (student,),
-        ).fetchone()
-        return entry is not None and entry[0] == sha256 and entry[1] == config_digest and entry[2] == GRADED
+        entry = self.latest_made_here(student)
+        return entry is not None and entry.sha256 == sha256 and entry.config_digest == config_digest and entry.status == GRADED
 
     def current(self) -> list[Entry]:
         """Every student's latest submission, by student id."""
@@ -197,17 +229,7 @@ class Gradebook:
     def students(self) -> list[str]:
         return [row[0] for row in self.db.execute("SELECT id FROM students ORDER BY id")]
 
-    def raw_json(self, row_id: int) -> str:
-        return str(self.db.execute("SELECT result_json FROM submissions WHERE id = ?", (row_id,)).fetchone()[0])
-
 
 def _entry(row: tuple) -> Entry:
     (row_id, student, sha256, digest, source, path, submitted_at, graded_at, status, _score, _max, raw) = row
     return Entry(row_id, student, sha256, digest, source, path, submitted_at, graded_at, status, GradeResult.from_dict(json.loads(raw)))
-
-
-def iter_todo_points(result: GradeResult, todos: tuple[str, ...]) -> Iterator[float]:
-    """Points earned per TODO, in `todos` order (0 for a TODO with no item that ran)."""
-    scores = result.todo_scores()
-    for todo in todos:
-        yield scores.get(todo, (0.0, 0.0))[0]

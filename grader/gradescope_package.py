@@ -24,6 +24,10 @@ TOP_FILES = ("pyproject.toml", "README.md")
 FORBIDDEN = re.compile(r"^(reference|student_template|notebooks|tests)/|solution", re.IGNORECASE)
 FIXED_TIME = (2020, 1, 1, 0, 0, 0)  # same inputs, same zip bytes
 
+
+class AnswerKeyError(RuntimeError):
+    """The package would hold files of the answer key."""
+
 SETUP_SH = """#!/usr/bin/env bash
 # Gradescope runs this once, as root, when it builds the autograder image (Ubuntu).
 set -euo pipefail
@@ -84,7 +88,7 @@ def members(root: Path) -> list[tuple[str, Path]]:
             out.append((rel, path))
     bad = [name for name, _ in out if FORBIDDEN.search(name)]
     if bad:
-        raise RuntimeError(f"refusing to package answer-key files: {bad}")
+        raise AnswerKeyError(f"refusing to package answer-key files: {bad}")
     return out
 
 

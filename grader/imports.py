@@ -6,7 +6,10 @@ Accepted:
   * a folder of those (alice/results.json -> alice, bob.json -> bob);
   * a Gradescope "Export Submissions" zip or folder: submission_metadata.yml names the
     submitters (student id = :sid, else :email, else :name) and holds each :results:.
-Results without extra_data.grade_result (another autograder's) are reported and skipped.
+Results without extra_data.grade_result (another autograder's) are reported and skipped,
+and so is anything malformed: a bad file or entry skips only itself, never the import.
+Each result says where it came from: `import:ci` (results.json files) or `import:gradescope`
+(an export), so the gradebook, the CSV and the dashboard can tell it from a grade made here.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from grader.gradebook import CI, GRADESCOPE
 from grader.results import GradeResult
 
 METADATA = "submission_metadata.yml"
@@ -35,18 +39,32 @@ class Imported:
     student: str
     result: GradeResult
     origin: str  # file (and entry) it came from
+    source: str  # CI or GRADESCOPE
     submitted_at: str | None = None
 
 
+# What GradeResult.from_dict raises on JSON of the wrong shape (a hand-edited or foreign file).
+MALFORMED = (KeyError, TypeError, ValueError, AttributeError)
+
+
 def result_from_json(data: Any) -> GradeResult:
+    """A GradeResult from untrusted JSON; ImportProblem when it is not one of ours."""
     if not isinstance(data, dict):
         raise ImportProblem("not a JSON object")
     if "items" in data and "config_digest" in data:
-        return GradeResult.from_dict(data)
-    grade_result = (data.get("extra_data") or {}).get("grade_result")
+        grade_result = data
+    else:
+        extra = data.get("extra_data")
+        grade_result = extra.get("grade_result") if isinstance(extra, dict) else None
     if not isinstance(grade_result, dict):
         raise ImportProblem("no extra_data.grade_result: not produced by this grader")
-    return GradeResult.from_dict(grade_result)
+    try:
+        result = GradeResult.from_dict(grade_result)
+    except MALFORMED as error:
+        raise ImportProblem(f"not a valid grade result ({type(error).__name__}: {error})") from None
+    # TODO(sanitiser): pass `result` through the reports engineer's sanitiser for GradeResults read
+    # back from untrusted JSON before it is recorded or rendered (one call here; wired at merge).
+    return result
 
 
 def _student_for(path: Path, base: Path | None) -> str:
@@ -58,11 +76,11 @@ def _student_for(path: Path, base: Path | None) -> str:
 def _json_file(path: Path, student: str) -> Imported:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, RecursionError) as error:
         raise ImportProblem(f"{path}: unreadable JSON ({error})") from None
     try:
-        return Imported(student, result_from_json(data), str(path))
-    except (ImportProblem, KeyError, TypeError) as error:
+        return Imported(student, result_from_json(data), str(path), CI)
+    except ImportProblem as error:
         raise ImportProblem(f"{path}: {error}") from None
 
 
@@ -84,36 +102,50 @@ def _gradescope_export(text: str, origin: str) -> Iterator[Imported | ImportProb
 
     try:
         metadata = yaml.safe_load(text) or {}
-    except yaml.YAMLError as error:
+    except (yaml.YAMLError, RecursionError) as error:
         yield ImportProblem(f"{origin}: unreadable YAML ({error})")
         return
-    for folder, record in sorted(metadata.items()):
+    if not isinstance(metadata, dict):
+        yield ImportProblem(f"{origin}: not a Gradescope export's metadata (no mapping of submissions)")
+        return
+    for folder, record in sorted(metadata.items(), key=lambda pair: str(pair[0])):
         if not isinstance(record, dict):
             continue
-        submitters = record.get(":submitters") or []
         where = f"{origin}:{folder}"
         try:
             result = result_from_json(record.get(":results"))
-        except (ImportProblem, KeyError, TypeError) as error:
+        except ImportProblem as error:
             yield ImportProblem(f"{where}: {error}")
             continue
+        submitters = [p for p in record.get(":submitters") or [] if isinstance(p, dict)]
+        if not submitters:
+            yield ImportProblem(f"{where}: no submitters")
         for person in submitters:  # a group submission counts for each member
             student = str(person.get(":sid") or person.get(":email") or person.get(":name") or folder)
-            yield Imported(student, result, where, _when(record.get(":created_at")))
+            yield Imported(student, result, where, GRADESCOPE, _when(record.get(":created_at")))
 
 
 def read(path: Path, student: str | None = None) -> Iterator[Imported | ImportProblem]:
     """Everything importable under `path`; problems are yielded too, so one bad file skips only itself."""
     if path.is_file() and path.suffix == ".zip":
-        with zipfile.ZipFile(path) as archive:
-            names = [n for n in archive.namelist() if n.rsplit("/", 1)[-1] == METADATA]
-            if not names:
-                yield ImportProblem(f"{path}: no {METADATA} (not a Gradescope export)")
-                return
-            text = io.TextIOWrapper(archive.open(min(names, key=len)), encoding="utf-8").read()
+        try:
+            with zipfile.ZipFile(path) as archive:
+                names = [n for n in archive.namelist() if n.rsplit("/", 1)[-1] == METADATA]
+                if not names:
+                    yield ImportProblem(f"{path}: no {METADATA} (not a Gradescope export)")
+                    return
+                text = io.TextIOWrapper(archive.open(min(names, key=len)), encoding="utf-8").read()
+        except (OSError, zipfile.BadZipFile, UnicodeDecodeError, RuntimeError) as error:  # RuntimeError: encrypted
+            yield ImportProblem(f"{path}: unreadable zip ({error})")
+            return
         yield from _gradescope_export(text, str(path))
     elif path.is_file() and path.name.endswith((".yml", ".yaml")):
-        yield from _gradescope_export(path.read_text(encoding="utf-8"), str(path))
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            yield ImportProblem(f"{path}: unreadable ({error})")
+            return
+        yield from _gradescope_export(text, str(path))
     elif path.is_file():
         try:
             yield _json_file(path, student or _student_for(path, None))
@@ -122,7 +154,7 @@ def read(path: Path, student: str | None = None) -> Iterator[Imported | ImportPr
     elif path.is_dir():
         metadata = path / METADATA
         if metadata.is_file():
-            yield from _gradescope_export(metadata.read_text(encoding="utf-8"), str(metadata))
+            yield from read(metadata)
             return
         files = sorted(p for p in path.rglob("*.json") if not any(part.startswith(".") for part in p.relative_to(path).parts))
         if not files:

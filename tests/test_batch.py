@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -18,11 +19,11 @@ import nbformat
 import pytest
 import yaml
 
-from grader import batch
+from grader import classfolder, discovery, runner
 from grader.config import load_config
-from grader.gradebook import ERROR, GRADED, Gradebook
+from grader.gradebook import BATCH, CI, ERROR, GRADED, GRADESCOPE, LEFT_OUT, Gradebook
 from grader.report.gradescope import to_results_json
-from grader.results import FAILED, PASSED, Failure, GradeResult, ItemResult, Text
+from grader.results import FAILED, NOT_RUN, PASSED, Failure, GradeResult, ItemResult, Text
 from tests.conftest import CORPUS, ROOT, graded
 
 
@@ -56,29 +57,36 @@ def test_discover_names_students_by_stem_or_folder(tmp_path: Path) -> None:
     (tmp_path / "dave" / "b.ipynb").write_text("{}")
     (tmp_path / ".ipynb_checkpoints").mkdir()
     (tmp_path / ".ipynb_checkpoints" / "alice-checkpoint.ipynb").write_text("{}")
-    students, warnings = batch.discover([tmp_path])
+    (tmp_path / "erin").mkdir()
+    (tmp_path / "erin" / "essay.docx").write_text("")
+    (tmp_path / "grades").mkdir()  # the class folder itself, among the submissions
+    (tmp_path / "grades" / "notes.md").write_text("")
+    students, left_out = discovery.discover([tmp_path], exclude=[tmp_path / "grades"])
     assert [(s.id, s.path.name) for s in students] == [("alice", "alice.ipynb"), ("bob", "bob.py"), ("carol", "hw.ipynb")]
-    assert len(warnings) == 1 and "dave" in warnings[0]
+    # Nobody vanishes: a folder with several notebooks, or none, is a student left out with the reason.
+    assert [(s.id, s.path.name) for s in left_out] == [("dave", "dave"), ("erin", "erin")]
+    assert "several notebooks" in left_out[0].reason.en and "a.ipynb, b.ipynb" in left_out[0].reason.en
+    assert "no .ipynb or .py" in left_out[1].reason.en and left_out[1].reason.zh
 
 
 def test_discover_refuses_two_files_for_one_student(tmp_path: Path) -> None:
     (tmp_path / "alice.ipynb").write_text("{}")
     (tmp_path / "alice.py").write_text("")
-    with pytest.raises(batch.BatchError, match="alice"):
-        batch.discover([tmp_path])
+    with pytest.raises(discovery.BatchError, match="alice"):
+        discovery.discover([tmp_path])
     one, two = tmp_path / "x" / "notebook.ipynb", tmp_path / "y" / "notebook.ipynb"
     for path in (one, two):
         path.parent.mkdir()
         path.write_text("{}")
-    with pytest.raises(batch.BatchError):
-        batch.discover([one, two])
-    students, _ = batch.discover([one, two], id_from="parent")
+    with pytest.raises(discovery.BatchError):
+        discovery.discover([one, two])
+    students, _ = discovery.discover([one, two], id_from="parent")
     assert [s.id for s in students] == ["x", "y"]
 
 
 def test_slug_is_a_safe_unique_file_name() -> None:
-    assert batch.slug("alice") == "alice" and batch.slug("张三") == "张三"
-    assert batch.slug("../evil") != batch.slug("__evil") and "/" not in batch.slug("../evil")
+    assert classfolder.slug("alice") == "alice" and classfolder.slug("张三") == "张三"
+    assert classfolder.slug("../evil") != classfolder.slug("__evil") and "/" not in classfolder.slug("../evil")
 
 
 # -- gradebook, import, export --------------------------------------------------------------
@@ -132,30 +140,122 @@ def _gradescope_export(tmp_path: Path) -> Path:
     return path
 
 
+def _no_gpu(result: GradeResult) -> GradeResult:
+    """The same result graded where the CUDA item cannot run."""
+    for item in result.items:
+        if item.id == "todo5.cuda":
+            item.status, item.failure = NOT_RUN, None
+    return result
+
+
+def _csv(out: Path, *args: str) -> list[dict[str, str]]:
+    exported = cli("export", "--out", str(out), "--lang", "en", *args)
+    assert exported.returncode == 0, exported.stderr
+    return list(csv.DictReader(io.StringIO(exported.stdout)))
+
+
 def test_import_ci_results_and_a_gradescope_export_then_export_csv(tmp_path: Path) -> None:
     out = tmp_path / "class"
-    ci = tmp_path / "ci" / "dave"
-    ci.mkdir(parents=True)
-    (ci / "results.json").write_text(json.dumps(to_results_json(synthetic("todo5", sha="33"), "en")))
+    with Gradebook.in_dir(out) as book:  # alice was graded here; her own CI run claims full marks
+        book.add("alice", synthetic("todo3", sha="aa"), sha256="a" * 64, source=BATCH, path="alice.ipynb")
+    classfolder.write_student_files(out, "alice", synthetic("todo3", sha="aa"), "en")
+    for student, failing in (("dave", "todo5"), ("alice", None)):
+        (tmp_path / "ci" / student).mkdir(parents=True)
+        (tmp_path / "ci" / student / "results.json").write_text(json.dumps(to_results_json(synthetic(failing, sha="33"), "en")))
     proc = cli("import", str(tmp_path / "ci"), str(_gradescope_export(tmp_path)), "--out", str(out), "--lang", "en")
     assert proc.returncode == 1, proc.stderr  # one result could not be imported, and it says which
-    assert "submission_103" in proc.stderr and "imported 4" in proc.stderr
+    assert "submission_103" in proc.stderr and "imported 5" in proc.stderr
     again = cli("import", str(tmp_path / "ci"), "--out", str(out))
-    assert again.returncode == 0 and "imported 0, already there 1" in again.stderr
+    # Also alice's, although her current grade is the one made here: importing twice adds nothing.
+    assert again.returncode == 0 and "imported 0, already there 2" in again.stderr, again.stderr
     with Gradebook.in_dir(out) as book:
-        assert book.students() == ["c@example.edu", "dave", "s001", "s002"]
-        assert len(book.history("dave")) == 1
+        assert book.students() == ["alice", "c@example.edu", "dave", "s001", "s002"]
+        assert [e.source for e in book.history("alice")] == [BATCH, CI] and len(book.history("dave")) == 1
         assert book.latest("s001").submitted_at == "2026-11-01T10:00:00+00:00"
+        assert {e.student: e.source for e in book.current()} == {
+            "alice": BATCH, "c@example.edu": GRADESCOPE, "dave": CI, "s001": GRADESCOPE, "s002": GRADESCOPE
+        }
     assert (out / "students" / "dave.html").is_file() and (out / "dashboard.html").is_file()
-    with Gradebook.in_dir(out) as book:  # a grader error exports as empty cells, not as a zero
-        book.add("zed", synthetic("todo1"), sha256="e" * 64, source="batch", path="zed.ipynb", status=ERROR)
-    exported = cli("export", "--out", str(out), "--csv")
-    assert exported.returncode == 0, exported.stderr
-    rows = list(csv.reader(io.StringIO(exported.stdout)))
-    assert rows[0] == ["student_id", "total", "todo1", "todo2", "todo3", "todo4", "todo5"]
-    assert ["s001", "75", "15", "20", "0", "15", "25"] in rows and ["zed", "", "", "", "", "", ""] in rows and len(rows) == 6
+    # alice's scorecard is still the grade made here, not the import that lost to it
+    assert json.loads((out / "students" / "alice.json").read_text())["score"] == 75
+
+    rows = {row["student_id"]: row for row in _csv(out)}
+    assert list(rows["s001"]) == ["student_id", "total", "points", "possible", "todo1", "todo2", "todo3", "todo4", "todo5",
+                                  "status", "reason", "source", "submitted_at", "recorded_at"]
+    s001 = rows["s001"]
+    assert [s001[k] for k in ("total", "points", "possible", "todo1", "todo2", "todo3", "todo4", "todo5")] == \
+        ["75", "75", "100", "15", "20", "0", "15", "25"]
+    assert (s001["status"], s001["source"], s001["submitted_at"]) == ("graded", "import:gradescope", "2026-11-01T10:00:00+00:00")
+    assert s001["recorded_at"].startswith("20") and rows["dave"]["source"] == "import:ci" and rows["dave"]["submitted_at"] == ""
+    assert (rows["alice"]["total"], rows["alice"]["source"]) == ("75", "batch")
     cli("export", "--out", str(out), "--csv", str(tmp_path / "grades.csv"))
-    assert (tmp_path / "grades.csv").read_text().splitlines()[0].startswith("student_id,total")
+    assert (tmp_path / "grades.csv").read_text().splitlines()[0].startswith("student_id,total,points,possible,todo1")
+
+
+def test_csv_totals_match_their_columns_and_nobody_is_missing(tmp_path: Path) -> None:
+    out = tmp_path / "class"
+    config = load_config()
+    unreadable = synthetic(None)
+    unreadable.error = Failure("unreadable", Text("不是有效的笔记本", "not a valid notebook: line 1"))
+    with Gradebook.in_dir(out) as book:
+        book.add("ann", synthetic("todo2"), sha256="a" * 64, source=BATCH, path="ann.ipynb")
+        book.add("nogpu", _no_gpu(synthetic(None)), sha256="b" * 64, source=BATCH, path="nogpu.ipynb")
+        book.add("half", _no_gpu(synthetic("todo1")), sha256="c" * 64, source=BATCH, path="half.ipynb")
+        book.add("bad", unreadable, sha256="d" * 64, source=BATCH, path="bad.ipynb")
+        timeout = classfolder.error_result(Path("zed.ipynb"), config, "timeout", "grading took longer than 9 s", "超时")
+        book.add("zed", timeout, sha256="e" * 64, source=BATCH, path="zed.ipynb", status=ERROR)
+        two = classfolder.error_result(Path("lou"), config, "left_out", "several notebooks in lou (a.ipynb, b.ipynb)", "多个")
+        book.add("lou", two, sha256="", source=BATCH, path="lou", status=LEFT_OUT)
+        book.add("=cmd|' /C calc'!A0", synthetic(None), sha256="f" * 64, source=CI, path="results.json")
+        flagged = synthetic("todo1")
+        flagged.flags = [Text("读取了参考答案", "read the reference solution")]
+        book.add("flo", flagged, sha256="9" * 64, source=BATCH, path="flo.ipynb")
+    rows = {row["student_id"]: row for row in _csv(out)}
+    assert sorted(rows) == sorted(["ann", "nogpu", "half", "bad", "zed", "lou", "flo", "'=cmd|' /C calc'!A0"])  # a formula stays text
+    assert (rows["flo"]["status"], rows["flo"]["total"], rows["flo"]["reason"]) == ("graded", "85", "read the reference solution")
+    # The case of the issue: without a GPU the CUDA item does not run; 97 of 97 points is 100.
+    nogpu = rows["nogpu"]
+    assert [nogpu[k] for k in ("total", "points", "possible", "todo1", "todo2", "todo3", "todo4", "todo5")] == \
+        ["100", "97", "97", "15", "20", "25", "15", "22"]
+    for row in rows.values():
+        if row["status"] == "graded":
+            todos = [float(row[f"todo{n}"]) for n in range(1, 6)]
+            assert sum(todos) == float(row["points"]), row
+            assert float(row["total"]) == round(100 * float(row["points"]) / float(row["possible"]), 2), row
+    assert rows["half"]["total"] == "84.54" and rows["half"]["points"] == "82"
+    # Everyone without a grade is there, with an empty total and the reason.
+    for student, status, reason in (("bad", "not_gradable", "not a valid notebook"), ("zed", "grader_error", "longer than 9 s"),
+                                    ("lou", "left_out", "several notebooks")):
+        row = rows[student]
+        assert row["status"] == status and reason in row["reason"], row
+        assert [row[k] for k in ("total", "points", "possible", "todo1", "todo5")] == ["", "", "", "", ""]
+    assert "不是有效的笔记本" in cli("export", "--out", str(out), "--lang", "zh").stdout
+
+
+def test_import_skips_what_is_malformed_and_says_why(tmp_path: Path) -> None:
+    out, bad = tmp_path / "class", tmp_path / "bad"
+    for name, text in {
+        "deep/results.json": "[" * 100_000 + "]" * 100_000,
+        "items/results.json": json.dumps({"extra_data": {"grade_result": {"submission": "x", "sha256": "", "config_digest": "d", "items": [1, 2]}}}),
+        "extra/results.json": json.dumps({"extra_data": ["not", "a", "mapping"]}),
+        "good/results.json": json.dumps(to_results_json(synthetic(None), "en")),
+    }.items():
+        (bad / name).parent.mkdir(parents=True, exist_ok=True)
+        (bad / name).write_text(text)
+    (tmp_path / "broken.zip").write_bytes(b"PK\x03\x04 not really a zip")
+    (tmp_path / "list.yml").write_text("- just\n- a list\n")
+    proc = cli("import", str(bad), str(tmp_path / "broken.zip"), str(tmp_path / "list.yml"), "--out", str(out))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "imported 1, already there 0, skipped 5" in proc.stderr, proc.stderr
+    for name in ("deep", "items", "extra", "broken.zip", "list.yml"):
+        assert name in proc.stderr
+
+
+def test_a_gradebook_that_is_not_one_is_a_message_not_a_traceback(tmp_path: Path) -> None:
+    (tmp_path / "gradebook.sqlite").write_text("not sqlite at all " * 100)
+    for verb in ("export", "dashboard"):
+        proc = cli(verb, "--out", str(tmp_path))
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr and "gradebook.sqlite" in proc.stderr, proc.stderr
 
 
 def test_export_without_a_gradebook_says_so(tmp_path: Path) -> None:
@@ -175,16 +275,89 @@ def _fake_python(tmp_path: Path, body: str) -> str:
 
 def test_a_crashing_or_hanging_grader_becomes_an_error_record(tmp_path: Path) -> None:
     config = load_config()
-    student = batch.Student("alice", tmp_path / "alice.ipynb")
-    crash = batch.Runner(config, [], timeout_s=30, python=_fake_python(tmp_path, "echo 'Segmentation fault' >&2; exit 139"))
+    student = discovery.Student("alice", tmp_path / "alice.ipynb")
+    crash = runner.Runner(config, [], timeout_s=30, python=_fake_python(tmp_path, "echo 'Segmentation fault' >&2; exit 139"))
     outcome = crash.grade(student, "ff")
     assert outcome is not None and outcome.status == ERROR and outcome.result.score == 0
     assert outcome.result.error.kind == "grader_crash" and "Segmentation fault" in outcome.result.error.message.en
     started = time.monotonic()
-    hang = batch.Runner(config, [], timeout_s=1, python=_fake_python(tmp_path, "exec sleep 60"))
+    hang = runner.Runner(config, [], timeout_s=1, python=_fake_python(tmp_path, "exec sleep 60"))
     outcome = hang.grade(student, "ff")
     assert outcome is not None and outcome.result.error.kind == "timeout"
     assert time.monotonic() - started < 15
+
+
+# -- stopping on signals, also when SIGINT was inherited as ignored ---------------------------
+
+# A stand-in for `python -m grader grade PATH --json OUT ...`: students named quick* get a
+# results.json at once; the others record which signals they ignore and wait to be stopped
+# (a Python, like the real grader, so SIGINT with the default disposition ends it).
+FAKE_GRADER = """#!/bin/sh
+case "$4" in
+    *quick*|*"$FAKE_FINISH"*) cp "$FAKE_RESULT" "$6"; exit 0 ;;
+esac
+grep '^SigIgn' /proc/$$/status > "$4.sigign"
+exec "$FAKE_PYTHON" -c 'import time; time.sleep(120)' "$4"
+"""
+
+DRIVER = """
+import sys
+from pathlib import Path
+from grader import batch, discovery
+from grader.config import load_config
+out, fake, subs = sys.argv[1:]
+students, left_out = discovery.discover([Path(subs)])
+summary = batch.run_batch(students, Path(out), load_config(), lang="en", jobs=3, grade_args=[], timeout_s=300,
+                          left_out=left_out, python=fake)
+sys.exit(130 if summary.interrupted else 0)
+"""
+
+IGNORING_SIGINT = "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); os.execv(sys.executable, sys.argv[1:])"
+
+
+def _ignored(sigign_line: str, sig: int) -> bool:
+    return bool(int(sigign_line.split()[1], 16) >> (sig - 1) & 1)
+
+
+def test_a_batch_started_with_sigint_ignored_still_stops_on_it_and_resumes(tmp_path: Path) -> None:
+    subs, out = tmp_path / "subs", tmp_path / "out"
+    subs.mkdir()
+    paths = [subs / f"{name}.ipynb" for name in ("quick1", "slow1", "slow2")]
+    for path in [*paths, subs / "lou" / "a.ipynb", subs / "lou" / "b.ipynb"]:  # lou: two notebooks, left out
+        path.parent.mkdir(exist_ok=True)
+        path.write_text("{}")
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps(to_results_json(synthetic(None), "en")))
+    fake = _fake_python(tmp_path, FAKE_GRADER.split("\n", 1)[1])
+    env = {**os.environ, "FAKE_RESULT": str(result), "FAKE_PYTHON": sys.executable, "FAKE_FINISH": "nobody"}
+    argv = [sys.executable, "-c", DRIVER, str(out), fake, str(subs)]
+    # As a background job of a script would: SIGINT ignored before the batch's Python starts.
+    proc = subprocess.Popen([sys.executable, "-c", IGNORING_SIGINT, *argv], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    markers = [subs / "slow1.ipynb.sigign", subs / "slow2.ipynb.sigign"]
+    try:
+        deadline = time.monotonic() + 60
+        while (_recorded(out / "gradebook.sqlite") < 2 or not all(m.exists() and m.read_text() for m in markers)) and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.1)
+        assert proc.poll() is None, "the batch ended by itself"
+        os.kill(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=60) == 130, proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    # Each grader started with SIGINT at its default, so the SIGINT the batch sent it ended it.
+    assert not any(_ignored(m.read_text(), signal.SIGINT) for m in markers), [m.read_text() for m in markers]
+    _no_grader_left(tmp_path)
+    assert _recorded(out / "gradebook.sqlite") == 2  # quick1, and lou with the reason
+
+    again = subprocess.run(argv, cwd=ROOT, env={**env, "FAKE_FINISH": "slow"}, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert "1 unchanged since their last grading: skipped" in again.stderr
+    with Gradebook.in_dir(out) as book:
+        assert [(e.student, e.status, len(book.history(e.student))) for e in book.current()] == [
+            ("lou", LEFT_OUT, 1), ("quick1", GRADED, 1), ("slow1", GRADED, 1), ("slow2", GRADED, 1)
+        ]
 
 
 # -- the whole class, killed twice and resumed -------------------------------------------------
@@ -250,9 +423,12 @@ def _no_grader_left(tmp_path: Path) -> None:
         time.sleep(0.5)
 
 
-def _run_until(args: list[str], gradebook: Path, students: int, sig: signal.Signals, log: Path) -> int:
+def _run_until(args: list[str], gradebook: Path, students: int, sig: signal.Signals, log: Path, sigint_ignored: bool = False) -> int:
+    command = [sys.executable, "-m", "grader", *args]
+    if sigint_ignored:  # as under nohup or cron, or `grade-batch ... &` in a script
+        command = [sys.executable, "-c", IGNORING_SIGINT, *command]
     with open(log, "w") as stderr:
-        proc = subprocess.Popen([sys.executable, "-m", "grader", *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
+        proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True)
         deadline = time.monotonic() + 400
         while _recorded(gradebook) < students and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -269,7 +445,8 @@ def test_batch_killed_twice_resumes_and_records_every_student_once(tmp_path: Pat
     gradebook = out / "gradebook.sqlite"
     args = ["grade-batch", str(subs), "--out", str(out), "-j", "2", "--lang", "en", "--device", "cpu"]
 
-    assert _run_until(args, gradebook, 4, signal.SIGINT, tmp_path / "run1.log") == 130
+    # The first run started with SIGINT ignored: the batch must stop on it all the same.
+    assert _run_until(args, gradebook, 4, signal.SIGINT, tmp_path / "run1.log", sigint_ignored=True) == 130
     _no_grader_left(tmp_path)
     first = _recorded(gradebook)
     assert 4 <= first < len(expected)
@@ -281,7 +458,9 @@ def test_batch_killed_twice_resumes_and_records_every_student_once(tmp_path: Pat
     done = cli(*args)
     assert done.returncode == 0, done.stderr
     assert f"{second} unchanged since their last grading: skipped" in done.stderr
-    assert f"graded {len(expected) - second}," in done.stderr
+    counts = re.search(r"graded (\d+), not gradable (\d+), grader errors 0, unchanged (\d+)", done.stderr)
+    assert counts, done.stderr
+    assert int(counts[1]) + int(counts[2]) == len(expected) - second and int(counts[3]) == second
 
     db = sqlite3.connect(gradebook)
     assert sorted(r[0] for r in db.execute("SELECT id FROM students")) == sorted(expected)
@@ -304,15 +483,18 @@ def test_batch_killed_twice_resumes_and_records_every_student_once(tmp_path: Pat
     students = out / "students"
     for sid in expected:
         for suffix in (".json", ".md", ".html"):
-            assert (students / f"{batch.slug(sid)}{suffix}").is_file(), (sid, suffix)
-        assert json.loads((students / f"{batch.slug(sid)}.json").read_text(encoding="utf-8"))["score"] == totals[sid]
+            assert (students / f"{classfolder.slug(sid)}{suffix}").is_file(), (sid, suffix)
+        assert json.loads((students / f"{classfolder.slug(sid)}.json").read_text(encoding="utf-8"))["score"] == totals[sid]
     assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")]  # no half-written file survived the kills
     assert "data-student=\"zoe\"" in (out / "dashboard.html").read_text(encoding="utf-8")
 
     # A changed submission is regraded, with its old grade kept as history; the rest are skipped.
     (subs / "garbage.ipynb").write_text("{still not json")
     again = cli(*args)
-    assert again.returncode == 0 and f"{len(expected) - 1} unchanged" in again.stderr and "graded 1," in again.stderr
+    assert again.returncode == 0 and f"unchanged {len(expected) - 1}" in again.stderr and "graded 0, not gradable 1," in again.stderr
     assert db.execute("SELECT count(*) FROM submissions WHERE student_id='garbage'").fetchone()[0] == 2
-    rows = list(csv.reader(io.StringIO(cli("export", "--out", str(out)).stdout)))
-    assert len(rows) == 1 + len(expected) and ["zoe", "100", "15", "20", "25", "15", "22"] in rows
+    rows = {row["student_id"]: row for row in _csv(out)}
+    assert sorted(rows) == sorted(expected)
+    assert [rows["zoe"][k] for k in ("total", "points", "possible", "todo1", "todo5", "source")] == ["100", "97", "97", "15", "22", "batch"]
+    for sid in ("empty", "garbage"):  # could not be read: no total, and why
+        assert rows[sid]["total"] == "" and rows[sid]["status"] == "not_gradable" and rows[sid]["reason"], rows[sid]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import shutil
 import subprocess
@@ -21,9 +22,9 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from grader import batch
+from grader import classfolder
 from grader.config import load_config
-from grader.gradebook import ERROR, Gradebook
+from grader.gradebook import CI, ERROR, GRADESCOPE, LEFT_OUT, Gradebook
 from tests.test_batch import synthetic
 
 HOSTILE_ID = '<img src=x onerror="document.title=\'pwned\'">'
@@ -165,19 +166,43 @@ def browser() -> Iterator[Browser]:
 
 @pytest.fixture(scope="module")
 def class_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A small class without grading: scores 100, 85, 80, 75 (three), 0 (a grader error); one hostile id."""
+    """A small class without grading: 100, 85, 80, 75 (three; one a hostile id); frank (grader error) and
+    ivy (left out) without a grade; gina (100) and hal (85) imported."""
     out = tmp_path_factory.mktemp("class")
     students = [("alice", None), ("bob", "todo1"), ("carol", "todo2"), ("dave", "todo5"), (HOSTILE_ID, "todo3"), ("erin", "todo3")]
     with Gradebook.in_dir(out) as book:
         for number, (student, failing) in enumerate(students):
             result = synthetic(failing, submission=f"{student}.ipynb", sha=f"{number:02d}")
             book.add(student, result, sha256=result.sha256, source="batch", path=result.submission)
-            batch.write_student_files(out, student, result, "en")
-        broken = batch.error_result(Path("frank.ipynb"), load_config(), "timeout", "too slow", "太慢")
+            classfolder.write_student_files(out, student, result, "en")
+        broken = classfolder.error_result(Path("frank.ipynb"), load_config(), "timeout", "too slow", "太慢")
         book.add("frank", broken, sha256="f" * 64, source="batch", path="frank.ipynb", status=ERROR)
-        batch.write_student_files(out, "frank", broken, "en")
-    batch.write_dashboard(out, "en")
+        classfolder.write_student_files(out, "frank", broken, "en")
+        two = classfolder.error_result(Path("ivy"), load_config(), "left_out", "several notebooks in ivy", "多个笔记本")
+        book.add("ivy", two, sha256="", source="batch", path="ivy", status=LEFT_OUT)
+        classfolder.write_student_files(out, "ivy", two, "en")
+        # Graded elsewhere: marked as imported, with where from and when.
+        for student, failing, source, when in (("gina", None, CI, None), ("hal", "todo1", GRADESCOPE, "2026-11-01T10:00:00+00:00")):
+            result = synthetic(failing, submission="results.json", sha="99")
+            book.add(student, result, sha256=result.sha256, source=source, path="results.json", submitted_at=when)
+            classfolder.write_student_files(out, student, result, "en")
+    classfolder.write_dashboard(out, "en")
     return out
+
+
+def test_dashboard_marks_imports_and_keeps_students_without_a_grade(class_dir: Path) -> None:
+    """The page itself, without a browser: every student has a row; where each grade came from."""
+    page = (class_dir / "dashboard.html").read_text(encoding="utf-8")
+    rows = dict(re.findall(r'<tr data-student="([^"]*)"(.*?)</tr>', page))
+    assert len(rows) == 10 and {"frank", "ivy", "gina", "hal"} <= set(rows)
+    assert 'data-source="import:ci" class="imported"' in rows["gina"] and "imported: student&#x27;s CI run" in rows["gina"]
+    assert 'data-source="import:gradescope" class="imported"' in rows["hal"] and "2026-11-01 10:00" in rows["hal"]
+    assert 'class="imported"' not in rows["alice"] and "graded here" in rows["alice"]
+    for student, reason in (("frank", "too slow"), ("ivy", "several notebooks in ivy")):
+        assert '<td class="num" data-v="-1">–</td>' in rows[student] and reason in rows[student]
+    assert 'id="imported-note"' in page and "2 current grades were imported" in page
+    stats = dict((label, value) for value, label in re.findall(r'<div class="stat"><b>([^<]*)</b>([^<]*)</div>', page))
+    assert stats["Students graded"] == "8" and stats["No grade (see reason)"] == "2" and stats["Imported grades"] == "2"
 
 
 def _order(browser: Browser) -> list[str]:
@@ -192,7 +217,8 @@ def test_dashboard_loads_clean_sorts_and_is_screenshotted(browser: Browser, clas
     assert browser.js("document.getElementById('js-errors').hidden") is True
     assert browser.js("document.querySelectorAll('img, iframe').length") == 0 and browser.js("document.title") != "pwned"
     scores = browser.js("Array.from(document.querySelectorAll('#students tbody tr')).map(r => parseFloat(r.cells[1].dataset.v))")
-    assert scores == sorted(scores) and scores[0] == 0 and scores[-1] == 100  # ?sort=score&dir=asc
+    # ?sort=score&dir=asc; students without a grade (-1) sort below every score
+    assert scores == sorted(scores) and scores[:3] == [-1, -1, 75] and scores[-1] == 100
 
     # Real clicks on the header buttons.
     browser.js("document.querySelector('th[data-key=student] button').click()")
@@ -210,7 +236,7 @@ def test_dashboard_loads_clean_sorts_and_is_screenshotted(browser: Browser, clas
     assert browser.js("document.querySelectorAll('#histogram rect').length") == 10
     assert browser.js("document.querySelectorAll('#todo-rates rect').length") == 10
     hrefs = browser.js("Array.from(document.querySelectorAll('#students a')).map(a => a.href)")
-    assert len(hrefs) == 7 and all(Path(unquote(urlparse(href).path)).is_file() for href in hrefs)
+    assert len(hrefs) == 10 and all(Path(unquote(urlparse(href).path)).is_file() for href in hrefs)
 
     shot = tmp_path / "dashboard.png"
     browser.screenshot(shot)
@@ -220,7 +246,7 @@ def test_dashboard_loads_clean_sorts_and_is_screenshotted(browser: Browser, clas
 
 
 def test_hostile_scorecard_runs_nothing(browser: Browser, class_dir: Path) -> None:
-    card = class_dir / "students" / f"{batch.slug(HOSTILE_ID)}.html"
+    card = class_dir / "students" / f"{classfolder.slug(HOSTILE_ID)}.html"
     browser.open(card.as_uri())
     assert browser.problems() == []
     assert browser.js("document.scripts.length") == 0 and browser.js("document.querySelectorAll('img').length") == 0

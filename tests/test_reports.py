@@ -126,7 +126,7 @@ def test_annotation_escaping() -> None:
 def test_annotations_points_first_then_one_line_per_failure() -> None:
     result = hostile_result()
     lines = github.annotations(result, "en", "sub/nb.ipynb")
-    assert lines[0] == f"::notice title=Points::Points {int(result.score + 0.5)}/100"
+    assert lines[0] == f"::notice title=Points::Points {result.score:g}/100"
     assert all("\n" not in line and "\r" not in line for line in lines)
     errors = [line for line in lines if line.startswith("::error ")]
     failed = [i for i in result.items if i.status == FAILED]

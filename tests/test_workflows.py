@@ -66,6 +66,8 @@ def test_ci_runs_the_projects_own_test_command() -> None:
 def test_classroom_workflow_grades_publishes_and_uploads() -> None:
     workflow = _workflow(CLASSROOM)
     assert "push" in workflow["on"]
+    # The names GitHub Classroom looks for (classroom-resources/autograding-grading-reporter's README).
+    assert workflow["name"] == "Autograding Tests" and list(workflow["jobs"]) == ["run-autograding-tests"]
     grade = next(run for run in _runs(workflow) if "-m grader grade" in run)
     argv = shlex.split(grade.replace('"$NOTEBOOK"', "nb.ipynb"))
     args = build_parser().parse_args(argv[argv.index("grader") + 1 :])  # the options exist in our CLI

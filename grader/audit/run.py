@@ -22,7 +22,7 @@ from pathlib import Path
 
 import grader
 from grader.audit.mutants import Mutant
-from grader.batch import _signal, _stop
+from grader.runner import _signal, _stop
 from grader.results import FAILED, GradeResult
 
 KILLED, SURVIVED, INVALID, ERROR = "killed", "survived", "invalid", "error"

@@ -1,4 +1,7 @@
-"""`assign`: regenerate the exercise's four artefacts from its one source."""
+"""`assign`: regenerate the exercise's four artefacts from its one source.
+
+Exit status: 0 written (with --check: every file up to date); 1 with --check, some files are out of date.
+"""
 
 from __future__ import annotations
 

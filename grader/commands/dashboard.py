@@ -1,4 +1,9 @@
-"""`dashboard`: rebuild the class dashboard (and, with --scorecards, every scorecard) from the gradebook."""
+"""`dashboard`: rebuild the class dashboard (and, with --scorecards, every scorecard) from the gradebook.
+
+Exit status:
+  0  the dashboard was written
+  2  no gradebook in the class folder, or the gradebook cannot be opened
+"""
 
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from grader import batch
+    from grader.classfolder import write_dashboard, write_student_files
     from grader.config import load_config
     from grader.gradebook import FILENAME, Gradebook
 
@@ -28,6 +33,6 @@ def run(args: argparse.Namespace) -> int:
     if args.scorecards:
         with Gradebook.in_dir(args.out) as book:
             for entry in book.current():
-                batch.write_student_files(args.out, entry.student, entry.result, lang)
-    print(batch.write_dashboard(args.out, lang))
+                write_student_files(args.out, entry.student, entry.result, lang)
+    print(write_dashboard(args.out, lang))
     return 0

@@ -1,8 +1,15 @@
-"""`grade-batch`: grade a class's submissions in parallel into a gradebook folder (resumable).
+"""`grade-batch`: grade a class's submissions in parallel into a class folder (resumable).
 
-Exit status: 0 every submission graded; 1 some ended as grader errors (timeout, crash) or
-were left out (a folder with several notebooks); 2 nothing to grade / ambiguous student ids;
-130 interrupted (run the same command again to resume).
+Exit status:
+  0    every student found has a result: a grade, or a scorecard saying why their file
+       could not be graded (not a notebook, empty, too large)
+  1    some students have no grade: a grader error (timeout, crash) or left out (a folder
+       with several notebooks, or none); each has a row with the reason in the gradebook
+       and the CSV, and a re-run retries them
+  2    nothing to grade, a path not found, two submissions for one student id, or the
+       gradebook cannot be opened
+  130  stopped by SIGINT or SIGTERM (also when SIGINT was ignored at start); run the same
+       command again to grade the rest
 """
 
 from __future__ import annotations
@@ -35,36 +42,50 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from grader import batch
+    from grader.batch import stop_on_signals
+    from grader.discovery import BatchError
+
+    # From the start: a batch started with SIGINT ignored still stops on it (see stop_on_signals).
+    with stop_on_signals():
+        try:
+            return _grade(args)
+        except BatchError as error:
+            print(f"grade-batch: {error}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print("interrupted: run the same command again to grade the rest", file=sys.stderr)
+            return 130
+
+
+def _grade(args: argparse.Namespace) -> int:
+    from grader.batch import run_batch
+    from grader.classfolder import write_dashboard
     from grader.config import load_config
+    from grader.discovery import discover
     from grader.grade import with_seed
 
     config = with_seed(load_config(args.config), args.seed)
     lang = args.lang or config.feedback.language
-    try:
-        students, warnings = batch.discover(args.submissions, args.id_from)
-    except batch.BatchError as error:
-        print(f"grade-batch: {error}", file=sys.stderr)
-        return 2
-    for warning in warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+    students, left_out = discover(args.submissions, args.id_from, exclude=[args.out])
     grade_args = ["--lang", lang, "--device", args.device]
     if args.seed is not None:
         grade_args += ["--seed", str(args.seed)]
     if args.config is not None:
         grade_args += ["--config", str(args.config.resolve())]
     timeout = args.timeout if args.timeout is not None else config.limits.total_budget_s + 120
-    summary = batch.run_batch(
-        students, args.out, config, lang=lang, jobs=args.jobs, grade_args=grade_args, timeout_s=timeout, force=args.force
+    summary = run_batch(
+        students, args.out, config, lang=lang, jobs=args.jobs, grade_args=grade_args, timeout_s=timeout,
+        left_out=left_out, force=args.force,
     )
-    dashboard = batch.write_dashboard(args.out, lang)
-    print(
-        f"graded {summary.graded}, grader errors {summary.errors}, unchanged {summary.skipped}"
-        + (f", left {summary.left}" if summary.left else "")
-        + f"; gradebook {args.out / 'gradebook.sqlite'}, dashboard {dashboard}",
-        file=sys.stderr,
-    )
+    dashboard = write_dashboard(args.out, lang)
+    # Counts that add up to the students found: graded (a total), not gradable (a scorecard saying why), ...
+    counts = [f"graded {summary.graded - summary.unreadable}", f"not gradable {summary.unreadable}", f"grader errors {summary.errors}"]
+    if summary.left_out:
+        counts.append(f"left out {summary.left_out}")
+    counts.append(f"unchanged {summary.skipped}")
+    if summary.unfinished:
+        counts.append(f"not reached {summary.unfinished}")
+    print(f"{', '.join(counts)}; gradebook {args.out / 'gradebook.sqlite'}, dashboard {dashboard}", file=sys.stderr)
     if summary.interrupted:
-        print("interrupted: run the same command again to grade the rest", file=sys.stderr)
-        return 130
-    return 1 if summary.errors or warnings else 0
+        raise KeyboardInterrupt  # reported, with exit 130, by run()
+    return 1 if summary.errors or summary.left_out else 0

@@ -1,4 +1,10 @@
-"""`gradescope-zip`: build the Gradescope autograder zip (setup.sh, run_autograder, the grader)."""
+"""`gradescope-zip`: build the Gradescope autograder zip (setup.sh, run_autograder, the grader).
+
+Exit status:
+  0  the zip was written
+  2  --root is not a checkout of the grader, the zip cannot be written, or it would hold
+     answer-key files
+"""
 
 from __future__ import annotations
 
@@ -13,7 +19,9 @@ CHECKOUT = Path(grader.__file__).resolve().parent.parent
 
 def register(verbs: argparse._SubParsersAction) -> None:
     p = verbs.add_parser("gradescope-zip", help="build the Gradescope autograder zip (no answer key inside)")
-    p.add_argument("--output", "-o", type=Path, default=Path("dist/gradescope-autograder.zip"), help="zip to write")
+    # --out like every other verb; -o and --output are the names it had first.
+    p.add_argument("--out", "-o", "--output", dest="out", type=Path, default=Path("dist/gradescope-autograder.zip"),
+                   help="zip to write (default: dist/gradescope-autograder.zip)")
     p.add_argument("--lang", choices=("zh", "en"), default=None, help="feedback language on Gradescope (default: the config's)")
     p.add_argument("--root", type=Path, default=CHECKOUT, help="project checkout to package (default: this grader's)")
     p.set_defaults(run=run)
@@ -27,6 +35,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"gradescope-zip: {args.root} is not a checkout of the grader (no pyproject.toml)", file=sys.stderr)
         return 2
     lang = args.lang or load_config().feedback.language
-    names = gradescope_package.build(args.root, args.output, lang)
-    print(f"wrote {args.output} ({len(names)} files); upload it as the assignment's autograder")
+    try:
+        names = gradescope_package.build(args.root, args.out, lang)
+    except gradescope_package.AnswerKeyError as error:
+        print(f"gradescope-zip: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        print(f"gradescope-zip: cannot write {args.out}: {error.strerror or error}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.out} ({len(names)} files); upload it as the assignment's autograder")
     return 0

@@ -1,9 +1,17 @@
-"""`import`: add results graded elsewhere (students' CI runs, a Gradescope export) to the gradebook."""
+"""`import`: add results graded elsewhere (students' CI runs, a Gradescope export) to the gradebook.
+
+Each imported row is marked with where it came from (`import:ci`, `import:gradescope`) and
+never outranks a grade made here by grade-batch; importing the same result again adds nothing.
+
+Exit status:
+  0  everything found was imported (or was already there)
+  1  some files or entries could not be imported; each is named on stderr, the rest were imported
+  2  --student without exactly one results file, or the gradebook cannot be opened
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -20,7 +28,8 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from grader import batch, imports
+    from grader import imports
+    from grader.classfolder import write_dashboard, write_student_files
     from grader.config import load_config
     from grader.gradebook import Gradebook
 
@@ -36,15 +45,16 @@ def run(args: argparse.Namespace) -> int:
                     problems += 1
                     print(f"skipped {found}", file=sys.stderr)
                     continue
-                latest = book.latest(found.student)
-                raw = json.dumps(found.result.to_dict(), ensure_ascii=False, sort_keys=True)
-                if latest is not None and book.raw_json(latest.row_id) == raw:
+                if book.has_result(found.student, found.source, found.result):
                     same += 1  # the same results imported again: no new history row
                     continue
-                batch.write_student_files(args.out, found.student, found.result, lang)
-                book.add(found.student, found.result, sha256=found.result.sha256, source="import",
-                         path=found.origin, submitted_at=found.submitted_at)
+                row = book.add(found.student, found.result, sha256=found.result.sha256, source=found.source,
+                               path=found.origin, submitted_at=found.submitted_at)
                 added += 1
-    batch.write_dashboard(args.out, lang)
+                current = book.latest(found.student)
+                # The scorecards show the current grade: a grade made here keeps its own.
+                if current is not None and current.row_id == row:
+                    write_student_files(args.out, found.student, found.result, lang)
+    write_dashboard(args.out, lang)
     print(f"imported {added}, already there {same}, skipped {problems}", file=sys.stderr)
     return 1 if problems else 0

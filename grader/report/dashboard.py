@@ -1,7 +1,10 @@
-"""The class dashboard: one self-contained HTML page built from the gradebook's latest results.
+"""The class dashboard: one self-contained HTML page built from the gradebook's current results.
 
 Score distribution, pass rate per TODO and per item, the most common failures with one
-sample reproduction each, and a sortable table of students linking to their scorecards.
+sample reproduction each, and a sortable table of students linking to their scorecards,
+saying for each where the grade came from (graded here, or imported, marked) and when.
+Students without a grade (file not gradable, grader error, left out) are in the table with
+the reason and stay out of the statistics.
 Charts are inline SVG; the one script (table sorting) is inline and allowed by its hash in
 the page's Content-Security-Policy, so the page needs no network and runs nothing else.
 The script records any error into #js-errors and marks <body data-ready> when it has run.
@@ -14,6 +17,7 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass
 
+from grader import standing
 from grader.config import TODOS
 from grader.gradebook import GRADED, Entry
 from grader.report.html import bar, esc, page
@@ -28,7 +32,13 @@ WORDS = {
     "mean": ("平均分", "Mean"),
     "median": ("中位数", "Median"),
     "full": ("满分人数", "Full marks"),
-    "errors": ("评分出错", "Grader errors"),
+    "no_grade": ("无成绩（见原因）", "No grade (see reason)"),
+    "imported_n": ("导入的成绩", "Imported grades"),
+    "imported_note": (
+        "{n} 个当前成绩是导入的（学生的 CI 运行或 Gradescope），并非本机评分：它们只和产生它们的运行一样可信；本机评分总是优先",
+        "{n} current grades were imported (students' CI runs or Gradescope), not graded here: they are only as "
+        "trustworthy as the runs that made them; a grade made here always takes precedence",
+    ),
     "distribution": ("分数分布", "Score distribution"),
     "todo_rates": ("各 TODO 通过率（该 TODO 全部评分项通过的学生比例）", "Pass rate per TODO (students passing every item of it)"),
     "item_rates": ("各评分项通过率", "Pass rate per rubric item"),
@@ -37,7 +47,9 @@ WORDS = {
     "sample": ("示例", "Sample"),
     "student": ("学生", "Student"),
     "status": ("状态", "Status"),
-    "graded_at": ("评分时间", "Graded"),
+    "graded_at": ("记录时间", "Recorded"),
+    "submitted_at": ("提交时间", "Submitted"),
+    "source": ("来源", "Source"),
     "item": ("评分项", "Item"),
     "rate": ("通过率", "Pass rate"),
     "message": ("说明", "Message"),
@@ -54,6 +66,8 @@ svg{background:#fff;border:1px solid #e4e7eb;border-radius:6px;max-width:100%;he
 svg text{font:12px system-ui,sans-serif;fill:#1d2430}
 th button{all:unset;cursor:pointer;font-weight:600}th[aria-sort=ascending] button::after{content:" ▲"}
 th[aria-sort=descending] button::after{content:" ▼"}td.num,th.num{text-align:right}
+tr.imported{background:#fff8e1}.badge{display:inline-block;border-radius:4px;padding:0 6px;font-size:.85em;background:#eef0f3}
+.badge.imported{background:#f0c36d;color:#4a3500;font-weight:600}.scroll{overflow-x:auto}.reason{display:block;color:#5f6b7a;font-size:.85em}
 #js-errors{background:#fdecea;color:#8a1f1b}
 """
 
@@ -212,17 +226,21 @@ def render(entries: list[Entry], lang: str, scorecard_href: dict[str, str] | Non
     if not entries:
         body.append(f"<p>{esc(w('empty', lang))}</p>")
         return page(w("dashboard", lang), "".join(body), lang, STYLE, SCRIPT)
-    # A grader error (timeout, crash) is not a zero the student earned: it stays out of the statistics.
-    scores = [e.result.score for e in entries if e.status == GRADED]
-    errors = len(entries) - len(scores)
+    standings = [standing.of(e, lang) for e in entries]
+    # No grade (not gradable, grader error, left out) is not a zero the student earned: out of the statistics.
+    scores = [s.total for s in standings if s.total is not None]
+    imported = sum(1 for s in standings if s.imported)
     stats = [
         (w("graded_n", lang), str(len(scores))),
         (w("mean", lang), f"{statistics.fmean(scores):.1f}" if scores else "–"),
         (w("median", lang), f"{statistics.median(scores):g}" if scores else "–"),
         (w("full", lang), str(sum(1 for s in scores if s >= 100))),
-        (w("errors", lang), str(errors)),
+        (w("no_grade", lang), str(len(standings) - len(scores))),
+        (w("imported_n", lang), str(imported)),
     ]
     body.append('<div class="stats" id="stats">' + "".join(f'<div class="stat"><b>{esc(v)}</b>{esc(k)}</div>' for k, v in stats) + "</div>")
+    if imported:
+        body.append(f'<p class="flag" id="imported-note">{esc(w("imported_note", lang, n=imported))}</p>')
     digests = Counter(e.result.config_digest for e in entries)
     if len(digests) > 1:
         body.append(f'<p class="flag">{esc(w("configs", lang, n=len(digests)))}: {esc(", ".join(sorted(digests)))}</p>')
@@ -269,29 +287,40 @@ def render(entries: list[Entry], lang: str, scorecard_href: dict[str, str] | Non
         body.append("</div>")
 
     body.append(f'<h2>{esc(w("students", lang))}</h2><p class="muted">{esc(w("sort_hint", lang))}</p>')
-    body.append(_student_table(entries, lang, hrefs))
+    body.append(_student_table(standings, lang, hrefs))
     return page(w("dashboard", lang), "".join(body), lang, STYLE, SCRIPT)
 
 
-def _student_table(entries: list[Entry], lang: str, hrefs: dict[str, str]) -> str:
+def _student_table(standings: list[standing.Standing], lang: str, hrefs: dict[str, str]) -> str:
     head = [("student", w("student", lang), "text"), ("score", say("total", lang), "num")]
     head += [(todo, todo.upper().replace("TODO", "TODO "), "num") for todo in TODOS]
-    head += [("status", w("status", lang), "text"), ("graded", w("graded_at", lang), "text")]
+    head += [("status", w("status", lang), "text"), ("source", w("source", lang), "text")]
+    head += [("submitted", w("submitted_at", lang), "text"), ("graded", w("graded_at", lang), "text")]
     cells = "".join(
         f'<th data-key="{key}" data-type="{kind}"{" class=num" if kind == "num" else ""}><button type="button">{esc(label)}</button></th>'
         for key, label, kind in head
     )
     rows = []
-    for entry in entries:
-        href = hrefs.get(entry.student)
-        name = f'<a href="{esc(href)}">{esc(entry.student)}</a>' if href else esc(entry.student)
-        todo_points = entry.result.todo_scores()
-        status = entry.status if entry.result.error is None else (entry.result.error.kind or entry.status)
-        row = [f'<td data-v="{esc(entry.student)}">{name}</td>', f'<td class="num" data-v="{entry.result.score}">{entry.result.score:g}</td>']
+    for s in standings:
+        href = hrefs.get(s.student)
+        name = f'<a href="{esc(href)}">{esc(s.student)}</a>' if href else esc(s.student)
+        # No total: shown as a dash, sorted below every real score (-1).
+        total = f"{s.total:g}" if s.total is not None else "–"
+        row = [f'<td data-v="{esc(s.student)}">{name}</td>', f'<td class="num" data-v="{s.total if s.total is not None else -1}">{total}</td>']
         for todo in TODOS:
-            got, possible = todo_points.get(todo, (0.0, 0.0))
-            row.append(f'<td class="num" data-v="{got}">{got:g}/{possible:g}</td>')
-        row.append(f'<td data-v="{esc(status)}">{esc(status)}</td><td data-v="{esc(entry.graded_at)}">{esc(entry.graded_at[:16].replace("T", " "))}</td>')
-        rows.append(f'<tr data-student="{esc(entry.student)}">{"".join(row)}</tr>')
-    return f'<table id="students"><thead><tr>{cells}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
-
+            if s.total is None:
+                row.append('<td class="num" data-v="-1">–</td>')
+            else:
+                got, possible = s.todos[todo], s.todo_possible[todo]
+                row.append(f'<td class="num" data-v="{got}">{got:g}/{possible:g}</td>')
+        status = esc(standing.word(standing.STATUS_WORDS, s.status, lang))
+        reason = f'<span class="reason">{esc(s.reason)}</span>' if s.reason else ""
+        row.append(f'<td data-v="{esc(s.status)}">{status}{reason}</td>')
+        source = esc(standing.word(standing.SOURCE_WORDS, s.source, lang))
+        badge = "badge imported" if s.imported else "badge"
+        row.append(f'<td data-v="{esc(s.source)}"><span class="{badge}">{source}</span></td>')
+        for when in (s.submitted_at or "", s.recorded_at):
+            row.append(f'<td data-v="{esc(when)}">{esc(when[:16].replace("T", " "))}</td>')
+        classes = ' class="imported"' if s.imported else ""
+        rows.append(f'<tr data-student="{esc(s.student)}" data-source="{esc(s.source)}"{classes}>{"".join(row)}</tr>')
+    return f'<div class="scroll"><table id="students"><thead><tr>{cells}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'

@@ -37,9 +37,15 @@ def command(name: str, message: str, **properties: str) -> str:
 
 
 def points_notice(result: GradeResult) -> str:
-    # Whole points: Classroom's reader is only known to take integers; the exact score is in the JSON.
-    points = int(result.score + 0.5)
-    return command("notice", f"Points {points}/{result.max_score:g}", title="Points")
+    """`Points X/Y` with the score as it is (two decimals at most), as GitHub Classroom's own tools write it.
+
+    Classroom's reporter (classroom-resources/autograding-grading-reporter, src/notify-classroom.js)
+    prints `Points ${totalPoints}/${maxPoints}` with JavaScript's default number formatting of a
+    sum of per-test scores, and its Python runner gives each test max_score / number of tests,
+    so the notice Classroom reads carries decimals whenever those do.  Rounding here would
+    make Classroom disagree with the scorecard and the CSV.
+    """
+    return command("notice", f"Points {result.score:g}/{result.max_score:g}", title="Points")
 
 
 def annotations(result: GradeResult, lang: str, file: str = "") -> list[str]:

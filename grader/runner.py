@@ -1,0 +1,145 @@
+"""Grading one student in a process of its own, with a time limit, and stopping them all at once.
+
+Each submission is graded by its own `python -m grader grade --json` process in its own
+session, so one student's crash, hang or memory blow-up ends only that process (and
+everything it started); it becomes an error record and the batch goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grader
+from grader.classfolder import error_result
+from grader.config import Config
+from grader.discovery import Student
+from grader.gradebook import ERROR, GRADED
+from grader.results import GradeResult
+
+
+@dataclass
+class Outcome:
+    student: Student
+    sha256: str
+    status: str  # GRADED or ERROR
+    result: GradeResult
+    seconds: float
+
+
+@dataclass
+class Runner:
+    """Runs `grade` processes and can stop every one of them at once (on Ctrl-C / SIGTERM)."""
+
+    config: Config
+    grade_args: list[str]
+    timeout_s: float
+    python: str = sys.executable
+    stopping: threading.Event = field(default_factory=threading.Event)
+    _children: set[subprocess.Popen] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def command(self, path: Path, json_out: Path) -> list[str]:
+        return [self.python, "-m", "grader", "grade", str(path), "--json", str(json_out), *self.grade_args]
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        # The batch's grader package, whatever the child's working directory.
+        package_root = str(Path(grader.__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+        env.pop("GITHUB_ACTIONS", None)  # per-student annotations would flood a CI log
+        return env
+
+    def grade(self, student: Student, sha256: str) -> Outcome | None:
+        """Grade one student; None when the batch is stopping (nothing is recorded then)."""
+        started = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="grade-batch-") as tmp:
+            json_out = Path(tmp) / "results.json"
+            with open(Path(tmp) / "stderr", "w+b") as stderr:
+                with self._lock:
+                    if self.stopping.is_set():
+                        return None
+                    # Own session: a timeout or a stop kills the grader and everything it started.
+                    child = subprocess.Popen(
+                        self.command(student.path.resolve(), json_out),
+                        cwd=tmp,
+                        env=self.env(),
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.DEVNULL,
+                        stderr=stderr,
+                        start_new_session=True,
+                    )
+                    self._children.add(child)
+                try:
+                    child.wait(timeout=self.timeout_s)
+                    timed_out = False
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+                    _stop(child)
+                finally:
+                    with self._lock:
+                        self._children.discard(child)
+                if self.stopping.is_set():
+                    return None
+                stderr.seek(0)
+                err_tail = stderr.read()[-2000:].decode("utf-8", "replace")
+            seconds = round(time.monotonic() - started, 3)
+            if timed_out:
+                result = error_result(
+                    student.path,
+                    self.config,
+                    "timeout",
+                    f"grading took longer than {self.timeout_s:g} s and was stopped",
+                    f"评分超过 {self.timeout_s:g} 秒，已被终止",
+                )
+                return Outcome(student, sha256, ERROR, result, seconds)
+            try:
+                payload = json.loads(json_out.read_text(encoding="utf-8"))
+                result = GradeResult.from_dict(payload["extra_data"]["grade_result"])
+            except (OSError, ValueError, KeyError, TypeError):
+                result = error_result(
+                    student.path,
+                    self.config,
+                    "grader_crash",
+                    f"the grader failed (exit status {child.returncode}): {err_tail.strip()[-500:]}",
+                    f"评分程序出错（退出码 {child.returncode}）：{err_tail.strip()[-500:]}",
+                )
+                return Outcome(student, sha256, ERROR, result, seconds)
+            if result.error is not None and result.error.kind == "internal":  # the grader's bug: retry on re-run
+                return Outcome(student, sha256, ERROR, result, seconds)
+            return Outcome(student, sha256, GRADED, result, seconds)
+
+    def stop_all(self) -> None:
+        with self._lock:
+            self.stopping.set()
+            children = list(self._children)
+        for child in children:
+            _signal(child, signal.SIGINT)  # all at once, then wait for each
+        for child in children:
+            _stop(child)
+
+
+def _signal(child: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(child.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _stop(child: subprocess.Popen, grace_s: float = 5.0) -> None:
+    """SIGINT first (the grader then shuts its sandbox down), SIGKILL for whatever is left."""
+    _signal(child, signal.SIGINT)
+    try:
+        child.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    _signal(child, signal.SIGKILL)  # the grader if it is still there, and anything left in its group
+    child.wait()

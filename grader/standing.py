@@ -1,0 +1,88 @@
+"""How each student stands in the gradebook: one reading, shared by the CSV and the dashboard.
+
+A student has a total only when a submission of theirs was graded.  Everyone else found (a
+file that could not be read, a grader error, a folder with several notebooks or none) has
+no total and a reason, never a zero they did not earn and never a missing row.
+
+Points: the TODO columns are raw rubric points, they add up to `points`, and `possible` is
+the rubric points of the items that ran (97 where the CUDA item cannot run); the total is
+100 x points / possible, rounded to two decimals, exactly as GradeResult.score computes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from grader import gradebook
+from grader.config import TODOS
+from grader.gradebook import BATCH, CI, GRADESCOPE, LEGACY_IMPORT, Entry
+
+
+class Status:
+    """A student's standing, as the CSV's `status` column spells it."""
+
+    GRADED = "graded"  # a total
+    NOT_GRADABLE = "not_gradable"  # the file could not be graded (empty, not a notebook, too large)
+    GRADER_ERROR = "grader_error"  # the grader failed (timeout, crash); the next batch retries
+    LEFT_OUT = "left_out"  # no single file to grade (several notebooks in the folder, or none)
+
+
+SOURCE_WORDS = {
+    BATCH: ("本机评分", "graded here"),
+    CI: ("导入：学生的 CI 运行", "imported: student's CI run"),
+    GRADESCOPE: ("导入：Gradescope", "imported: Gradescope"),
+    LEGACY_IMPORT: ("导入", "imported"),
+}
+STATUS_WORDS = {
+    Status.GRADED: ("已评分", "graded"),
+    Status.NOT_GRADABLE: ("无法评分", "could not be graded"),
+    Status.GRADER_ERROR: ("评分程序出错", "grader error"),
+    Status.LEFT_OUT: ("未评分", "left out"),
+}
+
+
+@dataclass(frozen=True)
+class Standing:
+    student: str
+    status: str  # a Status
+    total: float | None  # out of 100; None: no grade, `reason` says why
+    points: float | None  # the sum of `todos`
+    possible: float | None  # rubric points of the items that ran
+    todos: dict[str, float] = field(default_factory=dict)  # raw points per TODO (empty without a total)
+    todo_possible: dict[str, float] = field(default_factory=dict)
+    reason: str = ""
+    source: str = BATCH
+    submitted_at: str | None = None
+    recorded_at: str = ""
+
+    @property
+    def imported(self) -> bool:
+        return self.source != BATCH
+
+
+def word(table: dict[str, tuple[str, str]], key: str, lang: str) -> str:
+    zh, en = table.get(key, (key, key))
+    return zh if lang == "zh" else en
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def of(entry: Entry, lang: str) -> Standing:
+    """The student's standing from their current gradebook entry; `lang` for the reason."""
+    result = entry.result
+    if entry.status != gradebook.GRADED or result.error is not None:
+        status = {gradebook.LEFT_OUT: Status.LEFT_OUT, gradebook.ERROR: Status.GRADER_ERROR}.get(entry.status, Status.NOT_GRADABLE)
+        reason = result.error.message.get(lang) if result.error is not None else ""
+        return Standing(entry.student, status, None, None, None, reason=_one_line(reason), source=entry.source,
+                        submitted_at=entry.submitted_at, recorded_at=entry.graded_at)
+    per_todo = result.todo_scores()
+    todos = {todo: per_todo.get(todo, (0.0, 0.0))[0] for todo in TODOS}
+    todo_possible = {todo: per_todo.get(todo, (0.0, 0.0))[1] for todo in TODOS}
+    reason = result.flags[0].get(lang) if result.flags else ""  # an integrity flag explains a zero
+    return Standing(
+        entry.student, Status.GRADED, result.score, sum(todos.values()), sum(todo_possible.values()), todos, todo_possible,
+        reason=_one_line(reason), source=entry.source, submitted_at=entry.submitted_at, recorded_at=entry.graded_at,
+    )
