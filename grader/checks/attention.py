@@ -252,6 +252,13 @@ def check_history(ctx: ItemContext, history: list[Case]) -> None:
                 ctx.record(item, verdict.zh, verdict.en)
             for item in exercised:
                 ctx.count(item)
+            # Where a property could not be checked, this call shows why (its result is wrong).
+            witness = script.copy()
+            for condition, message in verdict.asserts:
+                witness.expect(condition, message)
+            unchecked = [item for item, feature in FEATURE_OF.items() if case.has(feature) and item not in found | exercised]
+            for key in (*unchecked, BASE, PASSED, INPUTS + ":clean"):
+                ctx.missed(key, witness)
             return  # nothing more to learn from this example
         ctx.count(CUDA if case.device != "cpu" else BASE)
         ctx.count(PASSED)
