@@ -22,8 +22,8 @@ from pathlib import Path
 
 import grader
 from grader.audit.mutants import Mutant
-from grader.runner import _signal, _stop
 from grader.results import FAILED, GradeResult
+from grader.runner import _signal, _stop
 
 KILLED, SURVIVED, INVALID, ERROR = "killed", "survived", "invalid", "error"
 

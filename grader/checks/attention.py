@@ -82,10 +82,11 @@ def call(ctx: ItemContext, case: Case) -> Called:
     reply = ctx.call("attention", device=case.device, **fields)
     if not reply.ok:
         error = reply.error or {}
-        if error.get("not_implemented"):
+        if error.get("not_implemented") and ctx.nothing_yet():
             raise Abort(ctx.failure("not_implemented", f"{LABEL} 还没有实现（paged_attention 抛出 NotImplementedError）", f"{LABEL} is not implemented yet (paged_attention raised NotImplementedError)"))
         what = f"{error.get('type')}: {str(error.get('message'))[:300]}"
-        return Called(Verdict("error", f"paged_attention 意外抛出 {what}", f"paged_attention raised {what}", actual=what, traceback=str(error.get("traceback", ""))), [], None)
+        kind = "not_implemented" if error.get("not_implemented") else "error"  # for part of the domain only
+        return Called(Verdict(kind, f"paged_attention 意外抛出 {what}", f"paged_attention raised {what}", actual=what, traceback=str(error.get("traceback", ""))), [], None)
     value = reply.value if isinstance(reply.value, dict) else {}
     digests = value.get("input_digests") or {}
     changed = [n for n, a in inputs.items() if n in digests and digests[n] != digest(a)] if digests else []

@@ -231,7 +231,7 @@ class Pool:
         before = self._state()
         start = self._begin(step, comment)
         reply = self._call("method", target=self.manager, name=method, args=[req.handle])
-        if not reply.ok and (reply.error or {}).get("not_implemented"):
+        if not reply.ok and (reply.error or {}).get("not_implemented") and self.ctx.nothing_yet():
             raise student_error(self.ctx, reply, step, self.todo)
         owner = PROPS["prefill" if method == "allocate_for_prefill" else "decode"]["count"]
         after = self._observe(reply, step, owner)
@@ -437,7 +437,7 @@ class Pool:
             return
         self._finish(o.start, [Line(o.step)])
         raise self.ctx.fail(
-            "error",
+            "not_implemented" if error.get("not_implemented") else "error",
             f"{o.step} 意外抛出 {error.get('type')}: {message}（{where_zh}）",
             f"{o.step} raised {error.get('type')}: {message} ({where})",
             expected="success",
