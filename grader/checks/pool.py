@@ -249,10 +249,11 @@ class Pool:
         free = len(o.before.free)
         where = f"prompt_len={req.seq_len}, block_size={self.block_size}: {_blocks(needed)} needed, {free} free"
         where_zh = f"prompt_len={req.seq_len}、block_size={self.block_size}：需要 {needed} 块，空闲 {free} 块"
+        short = f"({req.name}.seq_len + {self.block_size - 1}) // {self.block_size} > len(free_before)"  # too few blocks free
         if needed > free:
-            self._expect_oom(props["oom"], o, reply, f"({req.name}.seq_len + {self.block_size - 1}) // {self.block_size} > len(free_before)", where, where_zh)
+            self._expect_oom(props["oom"], o, reply, short, where, where_zh)
         elif not reply.ok:
-            self._unexpected(props, o, reply, where, where_zh)
+            self._unexpected(props, o, reply, short, where, where_zh)
         else:
             self._check_prefill(o, needed)
         self._adopt(o.after)
@@ -302,10 +303,11 @@ class Pool:
         free = len(o.before.free)
         where = f"seq_len {old_len} -> {old_len + 1}, block_size={self.block_size}, {_blocks(len(old_table))} held, {free} free"
         where_zh = f"seq_len {old_len} -> {old_len + 1}，block_size={self.block_size}，持有 {len(old_table)} 块，空闲 {free} 块"
+        short = f"len_before + 1 > len(table_before) * {self.block_size} and not free_before"  # a block needed, none free
         if grows and not free:
-            self._expect_oom(props["oom"], o, reply, f"len_before + 1 > len(table_before) * {self.block_size} and not free_before", where, where_zh)
+            self._expect_oom(props["oom"], o, reply, short, where, where_zh)
         elif not reply.ok:
-            self._unexpected(props, o, reply, where, where_zh)
+            self._unexpected(props, o, reply, short, where, where_zh)
         else:
             self._check_decode(o, old_len, old_table, grows)
         self._adopt(o.after)
@@ -424,12 +426,12 @@ class Pool:
         highlight = sorted(set(o.after.free) ^ set(o.before.free)) + [b for b in table if b not in req.table]
         self._violation(prop, o, asserts, zh, en, expected=expected, actual=actual, highlight=highlight, call=call)
 
-    def _unexpected(self, props: dict[str, str], o: Outcome, reply: Any, where: str, where_zh: str) -> None:
+    def _unexpected(self, props: dict[str, str], o: Outcome, reply: Any, short: str, where: str, where_zh: str) -> None:
         """The call raised where it should have succeeded: a spurious OOM, or an error."""
         error = reply.error or {}
         message = str(error.get("message", ""))[:300]
         if raised(reply, "RuntimeError"):
-            call = [Line("try:"), Line(f"    {o.step}"), Line("except RuntimeError as error:"), Line(f'    raise AssertionError(f"spurious OOM ({where}): {{error}}")')]
+            call = [Line("try:"), Line(f"    {o.step}"), Line("except RuntimeError as error:"), Line(f'    assert {short}, f"spurious OOM ({where}): {{error}}"')]
             self._violation(props["oom"], o, [], f"不应报 OOM（{where_zh}）", f"spurious OOM ({where})", expected="success", actual=f"{error.get('type')}: {message}", highlight=[], call=call)
             return
         if not self.ctx.focused(props["count"]):
