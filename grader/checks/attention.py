@@ -210,6 +210,10 @@ def owners(ctx: ItemContext, history: list[Case], index: int, out: np.ndarray | 
     case = history[index]
     if ctx.focus == CUDA:
         return {CUDA}, set()
+    if (index or ctx.history) and _ablated(ctx, [case], 0, case).verdict is None:
+        # Right when called alone in a fresh process: state kept from an earlier call (of this
+        # example, or of an earlier one in the same process), which is the base item's.
+        return ({BASE} if ctx.focus in (None, BASE) else set()), set()
     candidates = [ctx.focus] if ctx.focus is not None else [BASE, *FEATURE_OF]
     found, exercised = set(), set()
     for item in candidates:
@@ -306,6 +310,8 @@ def corners(item_id: str, device: str = "cpu") -> list[list[Case]]:
         [r(_PLAIN, seq_lens=(33,), block_size=33, head_dim=128, salt=3), r(_PLAIN, seq_lens=(3, 3), block_size=1, head_dim=2, salt=5)],
         # a scale passed once must not stick: the next call leaves it to its default
         [r(_PLAIN, seq_lens=(6,), block_size=2, scale=3.0, scale_style="keyword", salt=8), r(_PLAIN, seq_lens=(6,), block_size=2, salt=8)],
+        # the same shapes with other values: nothing may be cached from the first call
+        [r(_PLAIN, seq_lens=(5, 3), block_size=4, salt=21), r(_PLAIN, seq_lens=(5, 3), block_size=4, salt=22)],
     ]
     extra = {
         "todo5.gqa": [

@@ -210,12 +210,20 @@ def check_example(ctx: ItemContext, ex: Example) -> None:
         return
     # Whose failure is it?  Truncation's when a partial last block is needed for it to fail.
     needs_tail = False
+    after_others = bool(ctx.history)  # earlier examples ran in this process
     if ex.full() != ex:
         with ctx.side_session():
             try:
-                needs_tail = run_example(ctx, ex.full(), Script(), count=False) is None
+                alone = not after_others or run_example(ctx, ex, Script(), count=False) is not None
             except CheckFailure:
-                needs_tail = False
+                alone = True
+        # A failure that needs earlier examples (state kept between calls) is table order's.
+        if alone:
+            with ctx.side_session():
+                try:
+                    needs_tail = run_example(ctx, ex.full(), Script(), count=False) is None
+                except CheckFailure:
+                    needs_tail = False
     owner = TRUNCATE if needs_tail else ORDER
     if not ctx.focused(owner):
         ctx.record(owner, problem.zh, problem.en)
