@@ -28,6 +28,7 @@ from grader.checks.attention_cases import (
     SCALE,
     Case,
     call_args,
+    expected_line,
     histories,
     make_inputs,
     preamble,
@@ -134,9 +135,8 @@ def judge(case: Case, inputs: dict[str, Array], value: dict) -> Verdict | None:
         "dtype": case.dtype,
         "worst": list(worst),
     }
-    scale = "" if case.scale_style == "default" else f", {case.scale!r}"
     value_assert = (
-        f"(error := (out.double().cpu() - dense(query, key_cache, value_cache, block_tables, seq_lens{scale})).abs().max().item()) <= {tol:.3g}",
+        f"(error := (out.double().cpu() - expected).abs().max().item()) <= {tol:.3g}",
         f"max |out - expected| = {{error:.3g}}, tolerance {tol:.3g} ({case.dtype})",
     )
     i, h = worst
@@ -244,12 +244,17 @@ def check_history(ctx: ItemContext, history: list[Case]) -> None:
         write_call(script, case, index + 1, len(history))
         script.add(f"out = paged_attention({call_args(case)})")
         called = call(ctx, case)
+        ctx.session_log.append(case)
         if called.changed:
             _record_mutation(ctx, script, called.changed)
         verdict = called.verdict
         if verdict is not None:
             found, exercised = owners(ctx, history, index, called.out)
+            if ctx.focus in found and index == 0 and ctx.history:
+                _fail_after_one_earlier_call(ctx, case)  # state from an earlier example: show it in two calls
             if ctx.focus in found:
+                if any("expected" in condition for condition, _ in verdict.asserts):
+                    script.add(expected_line(case))
                 for condition, message in verdict.asserts:
                     script.expect(condition, message)
                 raise ctx.fail(verdict.kind, verdict.zh, verdict.en, expected=verdict.expected, actual=verdict.actual, picture=verdict.picture, traceback=verdict.traceback)
@@ -259,6 +264,8 @@ def check_history(ctx: ItemContext, history: list[Case]) -> None:
                 ctx.count(item)
             # Where a property could not be checked, this call shows why (its result is wrong).
             witness = script.copy()
+            if any("expected" in condition for condition, _ in verdict.asserts):
+                witness.add(expected_line(case))
             for condition, message in verdict.asserts:
                 witness.expect(condition, message)
             unchecked = [item for item, feature in FEATURE_OF.items() if case.has(feature) and item not in found | exercised]
@@ -272,6 +279,17 @@ def check_history(ctx: ItemContext, history: list[Case]) -> None:
                 ctx.count(item)
         if not called.changed:
             ctx.count(INPUTS + ":clean")
+
+
+def _fail_after_one_earlier_call(ctx: ItemContext, case: Case) -> None:
+    """A call that fails only after calls of earlier examples: find one earlier call that is
+    enough, and fail as the two-call example [that call, this one] (a short reproduction).
+    Returns when none is (the failure is then shown with the examples it needs)."""
+    for earlier in list(reversed(ctx.session_log[:-1]))[:40]:
+        if _ablated(ctx, [earlier, case], 1, case).verdict is not None:
+            ctx.close()
+            check_history(ctx, [earlier, case])  # raises, with its own script and replay
+            return
 
 
 def _record_mutation(ctx: ItemContext, script: Script, changed: list[str]) -> None:

@@ -21,7 +21,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from grader.checks.arrays import Array, from_float32
-from grader.checks.dense import DENSE_SOURCE, FILL_SOURCE, fill
+from grader.checks.dense import ATTEND_SOURCE, FILL_SOURCE, fill
 
 GQA, PAGING, SCALE, LOW_PRECISION = "gqa", "paging", "scale", "low_precision"
 FEATURES = (GQA, PAGING, SCALE, LOW_PRECISION)
@@ -170,8 +170,8 @@ def setup_lines(case: Case) -> list[str]:
     where = "" if not case.shuffle else f"[{case.holds}]"
     lines = [
         f"query = (fill({(n, case.num_kv_heads, MAX_GROUP, case.head_dim)}, {case.salt})[:, :, :{case.group}].reshape({n}, {case.num_heads}, {case.head_dim}){boost}).to({dt})",
-        f"key_cache = fill({kv}, {case.salt + 1}){where}.to({dt})" + ("  # blocks in shuffled physical order" if where else ""),
-        f"value_cache = fill({kv}, {case.salt + 2}){where}.to({dt})",
+        f"keys, values = fill({kv}, {case.salt + 1}), fill({kv}, {case.salt + 2})  # logical order: sequence 0's blocks, then sequence 1's, ...",
+        f"key_cache, value_cache = keys{where}.to({dt}), values{where}.to({dt})" + ("  # the blocks in shuffled physical order" if where else ""),
     ]
     if case.poison:
         lines.append(f"key_cache[{case.unread}] = value_cache[{case.unread}] = float('nan')  # blocks no sequence reads")
@@ -187,7 +187,21 @@ def setup_lines(case: Case) -> list[str]:
 
 
 def preamble(dense: bool) -> list[str]:
-    return ["import math, torch", *FILL_SOURCE, *(DENSE_SOURCE if dense else ())]
+    return ["import math, torch", *FILL_SOURCE, *(ATTEND_SOURCE if dense else ())]
+
+
+def expected_line(case: Case) -> str:
+    """Code computing the expected output in float64 from the logical keys and values."""
+    scale = case.scale if case.scale is not None else 1.0 / math.sqrt(case.head_dim)
+    spans, start = [], 0
+    for n, need in zip(case.seq_lens, case.needs, strict=True):
+        spans.append((start * case.block_size, n))
+        start += need
+    return (
+        "expected = torch.stack([attend(query[i].double().cpu(), keys.flatten(0, 1)[a:a + n].double(), "
+        f"values.flatten(0, 1)[a:a + n].double(), {scale!r}) for i, (a, n) in enumerate({spans})])"
+        "  # each sequence's tokens, in logical order"
+    )
 
 
 # -- strategies ---------------------------------------------------------------------------

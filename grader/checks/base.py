@@ -126,6 +126,7 @@ class ItemContext:
         self._replay: Callable[[], None] | None = None  # how to run the current example again
         self.history: list[Callable[[], None]] = []  # earlier examples in the current session
         self.session_scripts: list[Script] = []  # and what they wrote
+        self.session_log: list[Any] = []  # what a check wants to remember of the session's calls
 
     # -- sessions ----------------------------------------------------------------------
     def begin(self, replay: Callable[[], None] | None) -> Script:
@@ -145,7 +146,7 @@ class ItemContext:
 
     def session(self) -> Session:
         if self._session is None or not self._session.alive:
-            self.history, self.session_scripts, self._replay = [], [], None
+            self.history, self.session_scripts, self.session_log, self._replay = [], [], [], None
             self._session = self.sandbox.session(self.deadline)
         return self._session
 
@@ -153,19 +154,19 @@ class ItemContext:
         if self._session is not None:
             self._session.end()
             self._session = None
-        self.history, self.session_scripts, self._replay = [], [], None
+        self.history, self.session_scripts, self.session_log, self._replay = [], [], [], None
 
     @contextmanager
     def side_session(self) -> Iterator[None]:
         """A fresh process for a side question (would this case pass without a feature?)."""
-        saved = (self._session, self.history, self.session_scripts, self._replay, self.script)
+        saved = (self._session, self.history, self.session_scripts, self.session_log, self._replay, self.script)
         self._session = None
         try:
             yield
         finally:
             if self._session is not None:
                 self._session.end()
-            self._session, self.history, self.session_scripts, self._replay, self.script = saved
+            self._session, self.history, self.session_scripts, self.session_log, self._replay, self.script = saved
 
     def call(self, op: str, **fields: Any) -> Reply:
         """One operation.  A dead or hung worker stops the item with the steps so far."""
