@@ -34,12 +34,23 @@ def run_scripts(scripts: list[str], timeout: float = 600) -> list[tuple[int, str
     return [(int(code), str(line)) for code, line in json.loads(proc.stdout.splitlines()[-1])]
 
 
+def _namespace() -> dict:
+    """What a notebook kernel gives a cell (get_ipython, display), as the grader's worker does."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("pa_worker", RUNNER.parent.parent / "grader" / "sandbox" / "worker.py")
+    assert spec and spec.loader
+    worker = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(worker)
+    return worker.notebook_namespace()
+
+
 def _child(code: str, write_fd: int) -> None:
     import signal
 
     signal.alarm(60)
     try:
-        exec(compile(code, "<reproduction>", "exec"), {"__name__": "__main__"})
+        exec(compile(code, "<reproduction>", "exec"), _namespace())
     except BaseException as error:  # report it, whatever it is
         line = traceback.format_exception_only(type(error), error)[-1].strip()
         os.write(write_fd, line[:500].encode())

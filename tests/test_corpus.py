@@ -1,52 +1,104 @@
-"""Both directions: every buggy submission loses points in its own TODO and only there; every
-differently-written correct submission scores 100."""
+"""Both directions, on every submission of the corpus.
+
+- buggy/: a single realistic mistake; it loses points in its own TODO and only there;
+- correct/: written in other ways (custom OOM classes, SDPA, notebooks with magics...); 100;
+- given/: only given code changed; every TODO point kept, and the scorecard says "given code";
+- gaming/: work avoided (no-op methods, `return query`, pacing calls against the time
+  budget); the TODO it games earns nothing.
+
+Each file says what it expects on its first line (a notebook: its first code cell's).
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
 
 import pytest
 
+from grader.config import load_config
+from grader.grade import grade_path
 from tests.conftest import CORPUS, failing_todos, graded
 
 pytestmark = pytest.mark.slow
 
 
-def _expectation(path: Path) -> str:
-    header = path.read_text(encoding="utf-8").splitlines()[0]
+def expectation(path: Path) -> str:
+    if path.suffix == ".ipynb":
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        source = next(c["source"] for c in cells if c["cell_type"] == "code")
+        header = ("".join(source) if isinstance(source, list) else source).splitlines()[0]
+    else:
+        header = path.read_text(encoding="utf-8").splitlines()[0]
     assert header.startswith("# corpus: "), path
     return header.removeprefix("# corpus: ")
 
 
-BUGGY = sorted((CORPUS / "buggy").glob("*.py"))
-CORRECT = sorted((CORPUS / "correct").glob("*.py"))
+def _files(kind: str) -> list[Path]:
+    return sorted(p for p in (CORPUS / kind).iterdir() if p.suffix in (".py", ".ipynb"))
+
+
+BUGGY = [p for p in _files("buggy") if not expectation(p).endswith(" cuda")]  # the CUDA ones: scripts/gpu-check
+CORRECT, GIVEN, GAMING = _files("correct"), _files("given"), _files("gaming")
 
 
 def test_corpus_is_big_enough() -> None:
-    todos = [_expectation(p).split()[-1] for p in BUGGY]
-    assert len(BUGGY) >= 30 and len(CORRECT) >= 8
-    assert all(todos.count(f"todo{n}") >= 5 for n in range(1, 6))
+    todos = [expectation(p).split()[1] for p in BUGGY]
+    assert len(BUGGY) >= 90 and len(CORRECT) >= 35 and len(GIVEN) >= 5 and len(GAMING) >= 12
+    assert all(todos.count(f"todo{n}") >= 12 for n in range(1, 6))
+    assert sum(p.suffix == ".ipynb" for p in CORRECT) >= 5
 
 
 @pytest.mark.parametrize("path", BUGGY, ids=[p.stem for p in BUGGY])
 def test_buggy_submission_is_caught_in_its_todo(path: Path) -> None:
-    expectation = _expectation(path)
-    assert expectation.startswith("expect-fail ")
-    todo = expectation.split()[-1]
+    expected = expectation(path)
+    assert expected.startswith("expect-fail ")
+    todo = expected.split()[1]
     result = graded(path)
     assert failing_todos(result) == {todo}, [(i.id, i.failure.message.en) for i in result.items if i.failure and i.status == "failed"]
     for item in result.items:
         if item.status == "failed":
             assert item.failure is not None and item.failure.message.en and item.failure.message.zh
-            assert item.failure.kind in ("wrong", "error", "not_exercised")
+            assert item.failure.kind in ("wrong", "error", "not_exercised", "not_implemented")
             assert item.failure.repro, f"{item.id} failed without a reproduction"
 
 
 @pytest.mark.parametrize("path", CORRECT, ids=[p.stem for p in CORRECT])
 def test_correct_submission_scores_100(path: Path) -> None:
-    assert _expectation(path) == "expect-pass"
+    assert expectation(path) == "expect-pass"
     result = graded(path)
     assert result.score == 100, [(i.id, i.failure.message.en, i.failure.repro) for i in result.items if i.status == "failed"]
+
+
+@pytest.mark.parametrize("path", GIVEN, ids=[p.stem for p in GIVEN])
+def test_changed_given_code_is_said_and_costs_no_todo_points(path: Path) -> None:
+    assert expectation(path) == "expect-fail given"
+    result = graded(path)
+    findings = [g.message.en for g in result.given_code]
+    assert any(f.startswith("given code changed") for f in findings), findings
+    assert any(f.startswith("given code:") for f in findings), findings  # and how it behaves differently
+    assert result.score == 100, [(i.id, i.failure.message.en) for i in result.items if i.status == "failed"]
+
+
+def _pacing_config():
+    """Calls that sleep just under the 10 s call limit meet a short item budget: the corner
+    cases cannot all finish, and that is a failure, not a pass."""
+    config = load_config()
+    return dataclasses.replace(config, limits=dataclasses.replace(config.limits, item_budget_s=6))
+
+
+@pytest.mark.parametrize("path", GAMING, ids=[p.stem for p in GAMING])
+def test_gaming_earns_nothing_in_the_todo_it_games(path: Path) -> None:
+    expected = expectation(path)
+    assert expected.startswith("expect-fail ")
+    todo = expected.split()[1]
+    result = grade_path(path, _pacing_config(), "cpu") if path.stem.startswith("slow_") else graded(path)
+    scores = result.todo_scores()
+    assert scores[todo][0] == 0, [(i.id, i.status, i.failure and i.failure.message.en) for i in result.items if i.todo == todo]
+    if path.stem.startswith("slow_"):
+        kinds = {i.failure.kind for i in result.items if i.todo == todo and i.failure}
+        assert kinds & {"too_slow", "timeout"}, kinds
 
 
 @pytest.mark.parametrize(
@@ -74,6 +126,19 @@ def test_a_decode_growth_bug_leaves_the_ownership_item_alone() -> None:
     items = {i.id: i for i in graded(CORPUS / "buggy" / "todo3_seq_len_not_stored.py").items}
     assert items["todo3.growth"].status == "failed"
     assert items["todo3.ownership"].status == "passed"
+
+
+def test_a_base_mistake_costs_the_base_attention_item_only() -> None:
+    items = {i.id: i for i in graded(CORPUS / "buggy" / "todo5_no_scale.py").items if i.todo == "todo5"}
+    assert items["todo5.mha_fp32"].status == "failed"
+    assert [i for i, item in items.items() if item.status == "failed"] == ["todo5.mha_fp32"]
+
+
+def test_no_op_methods_and_return_query_earn_no_ownership_or_inputs_points() -> None:
+    noop = {i.id: i for i in graded(CORPUS / "gaming" / "noop_prefill.py").items}
+    assert noop["todo2.ownership"].status == "failed" and noop["todo2.ownership"].failure.kind == "not_exercised"
+    query = {i.id: i for i in graded(CORPUS / "gaming" / "return_query.py").items}
+    assert query["todo5.inputs_unchanged"].status == "failed"
 
 
 def test_non_finite_answers_still_get_a_reproduction(tmp_path: Path) -> None:
