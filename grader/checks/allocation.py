@@ -21,8 +21,9 @@ from hypothesis import reject, seed
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
 
-from grader.checks.base import Inconclusive, ItemContext, Need, grade_item, hypothesis_settings
+from grader.checks.base import Inconclusive, ItemContext, Need, hypothesis_settings
 from grader.checks.pool import Pool, Req
+from grader.checks.running import grade_item
 from grader.results import Failure
 
 # Corner cases, as small programs (the form Pool.program records, so any example can be run

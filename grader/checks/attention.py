@@ -34,8 +34,9 @@ from grader.checks.attention_cases import (
     preamble,
     setup_lines,
 )
-from grader.checks.base import Abort, ItemContext, Need, grade_item, hypothesis_settings, run_item
+from grader.checks.base import Abort, ItemContext, Need, hypothesis_settings
 from grader.checks.dense import TOLERANCE_FLOOR, dense_attention, diagnose, tolerance
+from grader.checks.running import grade_item, run_item
 from grader.checks.script import Line, Script
 from grader.results import Failure
 

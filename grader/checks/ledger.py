@@ -15,7 +15,8 @@ from typing import Any
 from hypothesis import given, seed
 from hypothesis import strategies as st
 
-from grader.checks.base import ItemContext, Need, grade_item, hypothesis_settings, student_error
+from grader.checks.base import ItemContext, Need, hypothesis_settings, student_error
+from grader.checks.running import grade_item
 from grader.checks.values import as_dict, show
 from grader.results import Failure
 

@@ -22,7 +22,8 @@ from hypothesis import given, seed
 from hypothesis import strategies as st
 
 from grader.checks.arrays import Array, decode
-from grader.checks.base import CheckFailure, ItemContext, Need, grade_item, hypothesis_settings, student_error
+from grader.checks.base import CheckFailure, ItemContext, Need, hypothesis_settings, student_error
+from grader.checks.running import grade_item
 from grader.checks.script import Script
 from grader.results import Failure
 
