@@ -225,9 +225,12 @@ def _missing(names: list[str], report: LoadReport) -> Failure:
     broken = [c for c in report.cells if c.status != "ok"]
     hint_zh = f"（有 {len(broken)} 个代码单元运行出错，定义可能在其中）" if broken else ""
     hint_en = f" ({len(broken)} code cell(s) failed; the definition may be in one of them)" if broken else ""
+    shown = ", ".join(names)
     return Failure(
         "missing",
-        Text(f"没有找到 {', '.join(names)} 的定义{hint_zh}", f"{', '.join(names)} not defined{hint_en}"),
+        Text(f"没有找到 {shown} 的定义{hint_zh}", f"{shown} not defined{hint_en}"),
+        repro=f"{shown}  # a NameError here: the cell defining it did not run to the end (restart and run all)",
+        repro_zh=f"{shown}  # 这里出现 NameError：定义它的单元没有完整运行（重启并全部运行）",
     )
 
 

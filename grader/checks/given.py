@@ -17,6 +17,7 @@ from grader.checks.arrays import Array
 from grader.checks.base import Abort, CheckFailure, ItemContext, raised
 from grader.checks.script import Script
 from grader.checks.values import as_dict, show
+from grader.sandbox.client import BudgetExceeded
 
 Check = Callable[[ItemContext, Script], None]
 
@@ -188,4 +189,7 @@ def check_given(ctx: ItemContext, names: set[str]) -> None:
                 ctx.given_finding(differs.key, differs.zh, differs.en, expected=differs.expected, actual=differs.actual, script=script)
             except (Abort, CheckFailure):
                 continue  # a hang or crash here is the items' business; nothing to say about given code
+            except BudgetExceeded:
+                ctx.close()
+                return  # out of time: the given checks are a courtesy, never a grade
     ctx.close()

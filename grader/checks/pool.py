@@ -171,6 +171,13 @@ class Pool:
         """Fail the graded item if `prop` is its property; otherwise note it and go on."""
         if not self.ctx.focused(prop):
             self.ctx.record(prop, zh, en)
+            if prop not in self.ctx.witness:  # if the item ends up unchecked, this step shows why
+                witness = self.script.copy()
+                del witness.lines[o.start :]
+                witness.lines += [Line(o.capture), *(call or [Line(o.step)])]
+                for condition, message in asserts:
+                    witness.expect(condition, message)
+                self.ctx.missed(prop, witness)
             # Another item's failure (or a survey): the script must run past this step on the student's code
             # (it may have raised) and on a correct solution (which may raise here, or later).
             self._finish(o.start, self._guarded(o.step, "Exception", "the grader went on after this step", "评分器在这一步之后继续"))
@@ -435,6 +442,7 @@ class Pool:
             self._violation(props["oom"], o, [], f"不应报 OOM（{where_zh}）", f"spurious OOM ({where})", expected="success", actual=f"{error.get('type')}: {message}", highlight=[], call=call)
             return
         if not self.ctx.focused(props["count"]):
+            self._missed(props["own"], o, [])  # the call itself raises: no block could be followed
             self._violation(props["count"], o, [], f"{o.step} 意外抛出 {error.get('type')}", f"{o.step} raised {error.get('type')}", expected="", actual="", highlight=[])
             return
         self._finish(o.start, [Line(o.step)])

@@ -59,7 +59,7 @@ def check_needs(ctx: ItemContext, needs: Sequence[Need]) -> Failure | None:
     for need in needs:
         seen = ctx.counts[need.key]
         if seen < need.minimum:
-            witness = ctx.witness.get(need.key)
+            witness = ctx.witness.get(need.key) or ctx.witness.get(need.key.split(":")[0])
             return ctx.failure(
                 "not_exercised",
                 f"{need.zh}（检查到 {seen} 次，至少需要 {need.minimum} 次）",
