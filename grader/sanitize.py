@@ -42,6 +42,7 @@ class FieldLimits:
     cells: int = 20  # cells that raised, listed one by one
     flags: int = 20  # integrity flags, notes, findings about the given code
     items: int = 64  # rubric items (the rubric has 17; an imported result may claim thousands)
+    pictures: int = 8  # failures that keep their picture (each is up to ~150 KB of SVG)
 
     def scaled(self, factor: float) -> FieldLimits:
         def shrink(value: int, floor: int) -> int:
@@ -54,6 +55,7 @@ class FieldLimits:
             cells=shrink(self.cells, 3),
             flags=shrink(self.flags, 3),
             items=self.items,
+            pictures=shrink(self.pictures, 1),
         )
 
 
@@ -92,23 +94,43 @@ def _cut_note(count: int, unit: str) -> str:
     return f"[… 截去 {count} {zh} / {count} {unit} cut]"
 
 
+def _head(value: object, limit: int, tail: bool = False, count_lines: bool = False) -> tuple[str, int, int]:
+    """The part of a value worth cleaning (its start, or with tail=True its end), and the size
+    and line count of the rest, which is only counted: a 100 MB message costs little more than
+    a 10 KB one."""
+    text = value if isinstance(value, str) else "" if value is None else str(value)
+    room = 8 * limit + 64
+    if len(text) <= room:
+        return text, 0, 0
+    if not count_lines:
+        return (text[-room:] if tail else text[:room]), len(text) - room, 0
+    lines = text.count("\n") + (not text.endswith("\n"))  # of the whole value: what a cut is counted against
+    return (text[-room:] if tail else text[:room]), len(text) - room, lines
+
+
 def safe_line(value: object, limit: int = DEFAULT_LIMITS.value) -> str:
     """One line of text: newlines folded, at most `limit` characters (the cut is counted)."""
-    text = _text(value, one_line=True)
-    if len(text) <= limit:
+    head, rest, _ = _head(value, limit)
+    text = _text(head, one_line=True)
+    if len(text) <= limit and not rest:
         return text
     # The note is counted inside the limit, so a second pass finds nothing to cut.
-    keep = max(0, limit - len(_cut_note(len(text), "chars")) - 1)
-    return text[:keep] + " " + _cut_note(len(text) - keep, "chars")
+    total = len(text) + rest
+    note = _cut_note(total, "chars")
+    if limit < 2 * len(note):  # a short field (a dtype, an id): an ellipsis is all that fits
+        return text[: max(0, limit - 1)] + "…"
+    keep = limit - len(note) - 1
+    return text[:keep] + " " + _cut_note(total - keep, "chars")
 
 
 def safe_block(value: object, limit: int = DEFAULT_LIMITS.value, lines: int = DEFAULT_LIMITS.lines, keep: str = "head") -> str:
     """Text of several lines: at most `lines` lines and `limit` characters, cut at line boundaries
     and ended (or, keep="tail", begun) by a comment saying what was cut. "head" keeps the start
     (code, output: a reproduction stays pasteable), "tail" the end (the last frames of a traceback)."""
-    text = _text(value, one_line=False).rstrip("\n")
+    head, rest, all_rows = _head(value, limit, tail=keep == "tail", count_lines=True)
+    text = _text(head, one_line=False).rstrip("\n")
     rows = text.split("\n")
-    if len(rows) <= lines and len(text) <= limit:
+    if len(rows) <= lines and len(text) <= limit and not rest:
         return text
     if keep == "tail":
         rows.reverse()
@@ -121,10 +143,10 @@ def safe_block(value: object, limit: int = DEFAULT_LIMITS.value, lines: int = DE
         kept.append(row)
         size += len(row) + 1
     if kept:
-        note = "# " + _cut_note(len(rows) - len(kept), "lines")
+        note = "# " + _cut_note((all_rows if rest else len(rows)) - len(kept), "lines")
     else:  # one huge first line: keep its beginning
         kept = [rows[0][: max(0, budget)]]
-        note = "# " + _cut_note(len(text) - len(kept[0]), "chars")
+        note = "# " + _cut_note(len(text) + rest - len(kept[0]), "chars")
     if keep == "tail":
         return "\n".join([note, *reversed(kept)])
     return "\n".join([*kept, note])
@@ -247,8 +269,17 @@ def _texts(values: list[Any], room: int, limits: FieldLimits, zh: str, en: str) 
     return [safe_text(v, limits.value) for v in values[:shown]] + [more_note(len(values) - shown, zh, en)]
 
 
+def sanitized_copy(result: GradeResult, limits: FieldLimits = DEFAULT_LIMITS) -> GradeResult:
+    """A safe copy; `result` is left as it was. (Every nested record is rebuilt, never edited,
+    so a shallow copy is enough.)"""
+    return sanitize_result(replace(result), limits)
+
+
 def sanitize_result(result: GradeResult, limits: FieldLimits = DEFAULT_LIMITS) -> GradeResult:
-    """Make `result` safe to render, in place, and return it. Idempotent."""
+    """Make `result` safe to render, in place, and return it. Idempotent.
+
+    Call it wherever results enter: after grading (the `grade` command, `grader.check()`) and
+    after reading results back (`GradeResult.from_dict` of an imported results.json)."""
     result.submission = safe_line(result.submission, limits.value // 4)
     result.sha256 = safe_line(result.sha256, limits.short)
     result.config_digest = safe_line(result.config_digest, limits.short)
@@ -274,4 +305,10 @@ def sanitize_result(result: GradeResult, limits: FieldLimits = DEFAULT_LIMITS) -
     ]
     result.notes = _texts(result.notes, limits.flags - len(extra), limits, "说明", "notes") + extra
     result.isolation = _data(result.isolation, limits) if isinstance(result.isolation, dict) else {}
+    drawn = 0
+    for failure in [i.failure for i in result.items] + list(result.given_code):
+        if failure is not None and failure.picture is not None:
+            drawn += 1
+            if drawn > limits.pictures:
+                failure.picture = None
     return result

@@ -8,12 +8,11 @@ cells and pictures) until it fits; the smallest limits always fit (a few KiB per
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import TypeVar
 
 from grader.results import GradeResult
-from grader.sanitize import DEFAULT_LIMITS, sanitize_result
+from grader.sanitize import DEFAULT_LIMITS, sanitized_copy
 
 MAX_REPORT_BYTES = 1 << 20  # per student and per report: results.json, Markdown, HTML
 BUDGET = MAX_REPORT_BYTES - (64 << 10)  # room for what callers add around a report
@@ -23,7 +22,7 @@ T = TypeVar("T")
 
 def sanitized(result: GradeResult, factor: float = 1.0) -> GradeResult:
     limits = DEFAULT_LIMITS if factor >= 1 else DEFAULT_LIMITS.scaled(factor)
-    return sanitize_result(copy.deepcopy(result), limits)
+    return sanitized_copy(result, limits)
 
 
 def fit(render: Callable[[GradeResult], T], size: Callable[[T], int], result: GradeResult, budget: int = BUDGET) -> T:

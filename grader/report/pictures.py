@@ -21,7 +21,7 @@ from grader.report.labels import plural
 
 MAX_BLOCKS = 256  # a larger pool is not drawn (the checks use small pools)
 MAX_OWNERS = 16
-MAX_GRID = 64  # sequences and heads shown in a heatmap
+MAX_SEQS, MAX_HEADS = 16, 32  # cells of a heatmap (the checks use a few sequences and heads)
 PALETTE = ("#4a7bd0", "#e0a030", "#2f9e5b", "#9b59b6", "#17a2b8", "#d35400", "#8e6c4a", "#c2185b")
 FREE, LOST, BAD = "#c9ced6", "#ffffff", "#d9534f"
 
@@ -106,10 +106,10 @@ def normalise_picture(raw: Any) -> dict[str, Any] | None:
         tol = raw.get("tolerance")
         if not isinstance(rows, list) or not rows or type(tol) not in (int, float) or not (math.isfinite(tol) and tol > 0):
             return None
-        if not all(isinstance(r, list) and r for r in rows[:MAX_GRID]):
+        if not all(isinstance(r, list) and r for r in rows[:MAX_SEQS]):
             return None
-        width = min(min(len(r) for r in rows[:MAX_GRID]), MAX_GRID)
-        errors = [[_error(v) for v in r[:width]] for r in rows[:MAX_GRID]]
+        width = min(min(len(r) for r in rows[:MAX_SEQS]), MAX_HEADS)
+        errors = [[_error(v) for v in r[:width]] for r in rows[:MAX_SEQS]]
         worst = _ints(raw.get("worst"), 2)
         if not worst or len(worst) != 2 or not (0 <= worst[0] < len(errors) and 0 <= worst[1] < width):
             worst = None

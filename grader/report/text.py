@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from grader.report import cells as cell_info
 from grader.report.budget import sanitized
-from grader.report.labels import plural, status_word, todo_name, word
+from grader.report.labels import status_word, todo_name, word
 from grader.report.pictures import picture_text
 from grader.results import FAILED, Failure, GradeResult, ItemResult
 
@@ -21,7 +21,7 @@ INDENT = "      "
 
 WORDS = {
     "short_repro": ("复现（共 {total} 行，只显示前 {n} 行）", "Reproduction (first {n} of {total} lines)"),
-    "more_lines": ("…… 还有 {rest}", "… {rest} more"),
+    "more_lines": ("…… 还有 {n} 行", "… {n} more line{s}"),
 }
 
 
@@ -41,8 +41,8 @@ def one_line(text: str, limit: int = 300) -> str:
 def _block(text: str, limit: int | None, lang: str) -> list[str]:
     rows = text.rstrip("\n").split("\n")
     if limit is not None and len(rows) > limit + 1:
-        rest = plural(len(rows) - limit, "line", lang)
-        rows = rows[:limit] + [say("more_lines", lang, rest=rest)]
+        rest = len(rows) - limit
+        rows = rows[:limit] + [say("more_lines", lang, n=rest, s="s" if rest != 1 else "")]
     return [INDENT + "  " + row for row in rows]
 
 
@@ -76,10 +76,11 @@ def _raised(result: GradeResult, lang: str, numbering: str) -> list[str]:
     if not broken:
         return []
     lines = [f"⚠ {say('fix_first', lang)}:"]
-    for cell in broken:
+    for number, cell in enumerate(broken):
         lines.append(f"  ✗ {cell_info.where(cell, lang, numbering)}: {one_line(cell_info.what(cell, lang), 300)}")
-        if cell.traceback:
-            lines += _block(cell.traceback, 6, lang)
+        if cell.traceback and number < 3:  # the last frames of the first few; the rest on one line each
+            rows = cell.traceback.rstrip("\n").split("\n")
+            lines += _block("\n".join(rows[-4:]), None, lang)
     return lines + [""]
 
 
