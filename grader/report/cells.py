@@ -78,7 +78,7 @@ def _with_source(traceback: str, sources: dict[int, list[str]]) -> str:
 
 
 def _definers(name: str, cells: Sequence[Cell]) -> list[tuple[int, int]]:
-    pattern = re.compile(rf"^\s*(?:(?:async\s+)?def|class)\s+{name}\b|^{name}\s*=", re.M)
+    pattern = re.compile(rf"^[ \t]*(?:(?:async[ \t]+)?def|class)[ \t]+{name}\b|^{name}[ \t]*=", re.M)
     out = []
     for cell in cells:
         match = pattern.search(cell.source)

@@ -16,7 +16,7 @@ from pathlib import PurePath
 
 from grader.report import cells as cell_info
 from grader.report.budget import fit, utf8_size
-from grader.report.labels import plural, seconds, status_word, todo_name
+from grader.report.labels import colon, paren, plural, seconds, status_word, todo_name
 from grader.report.markdown import say
 from grader.report.pictures import picture_svg
 from grader.results import FAILED, NOT_RUN, Failure, GradeResult, ItemResult
@@ -104,12 +104,12 @@ def _failure_body(failure: Failure, lang: str) -> list[str]:
     parts = [f"<p>{esc(failure.message.get(lang))}</p>"]
     if failure.expected or failure.actual:
         parts.append(
-            f"<p>{esc(say('expected', lang))}: <code>{esc(failure.expected)}</code><br>"
-            f"{esc(say('actual', lang))}: <code>{esc(failure.actual)}</code></p>"
+            f"<p>{esc(say('expected', lang))}{colon(lang)}<code>{esc(failure.expected)}</code><br>"
+            f"{esc(say('actual', lang))}{colon(lang)}<code>{esc(failure.actual)}</code></p>"
         )
     repro = failure.repro_for(lang)
     if repro:
-        parts.append(f'<p>{esc(say("repro", lang))}:</p><pre class="repro">{esc(repro)}</pre>')
+        parts.append(f'<p>{esc(say("repro", lang))}{colon(lang).rstrip()}</p><pre class="repro">{esc(repro)}</pre>')
     if failure.picture:
         parts.append(picture_svg(failure.picture, lang))
     if failure.traceback:
@@ -136,7 +136,7 @@ def _errors_first(result: GradeResult, lang: str, numbering: str) -> str:
     out = [f'<section class="errors-first" id="errors-first"><h2>⚠ {esc(say("fix_first", lang))}</h2>']
     for cell in broken:
         out.append(
-            f'<div class="cell" id="cell-{cell.index}"><b>{esc(cell_info.where(cell, lang, numbering))}</b>: '
+            f'<div class="cell" id="cell-{cell.index}"><b>{esc(cell_info.where(cell, lang, numbering))}</b>{colon(lang)}'
             f"<code>{esc(cell.error_type or cell.status)}</code> {esc(cell.message)}"
         )
         if cell.traceback:
@@ -153,21 +153,21 @@ def _footer(result: GradeResult, lang: str) -> str:
         parts.append(f"sha256 {esc(result.sha256[:12])}")
     summary = (result.isolation or {}).get("summary")
     if isinstance(summary, dict) and summary.get(lang):
-        parts.append(f"{esc(say('isolation', lang))}: {esc(summary[lang])}")
+        parts.append(f"{esc(say('isolation', lang))}{colon(lang)}{esc(summary[lang])}")
     return f'<p class="muted" id="footer">{" · ".join(parts)}</p>'
 
 
 def _card(result: GradeResult, lang: str, numbering: str) -> str:
     name = PurePath(result.submission).name
-    body = [f'<h1>{esc(say("scorecard", lang))}: {esc(name)}</h1>', f'<div class="total" id="total">{result.score:g} / {result.max_score:g}</div>']
+    body = [f'<h1>{esc(say("scorecard", lang) + colon(lang) + name)}</h1>', f'<div class="total" id="total">{result.score:g} / {result.max_score:g}</div>']
     not_run = [item for item in result.items if item.status == NOT_RUN]
     if not_run and result.error is None:
         body.append(f'<p class="muted">{esc(say("scaled", lang))}</p>')
     if result.error is not None:
-        body.append(f'<p class="flag"><b>{esc(say("unreadable", lang))}</b>: {esc(result.error.message.get(lang))}</p>')
+        body.append(f'<p class="flag"><b>{esc(say("unreadable", lang))}</b>{colon(lang)}{esc(result.error.message.get(lang))}</p>')
         return "".join(body) + _footer(result, lang)
     body.append(_errors_first(result, lang, numbering))
-    body += [f'<p class="flag">⚠️ <b>{esc(say("flags", lang))}</b>: {esc(flag.get(lang))}</p>' for flag in result.flags]
+    body += [f'<p class="flag">⚠️ <b>{esc(say("flags", lang))}</b>{colon(lang)}{esc(flag.get(lang))}</p>' for flag in result.flags]
     body += [f'<p class="muted">{esc(note.get(lang))}</p>' for note in result.notes]
     rows = "".join(
         f"<tr><td>{esc(todo_name(todo, lang))}</td><td>{got:g} / {possible:g}</td><td>{bar(got, possible)}</td></tr>"
@@ -176,7 +176,7 @@ def _card(result: GradeResult, lang: str, numbering: str) -> str:
     body.append(f'<table id="todos"><tr><th>{esc(say("todo", lang))}</th><th>{esc(say("points", lang))}</th><th></th></tr>{rows}</table>')
     failed = [item for item in result.items if item.status == FAILED]
     if failed:
-        body.append(f'<h2>{esc(say("failed_items", lang))} ({esc(plural(len(failed), "item", lang))})</h2>')
+        body.append(f'<h2>{esc(say("failed_items", lang) + paren(plural(len(failed), "item", lang), lang))}</h2>')
         body += [_item_card(item, lang) for item in failed]
     else:
         body.append(f'<p class="passed">✓ {esc(say("all_passed", lang))}</p>')
@@ -212,7 +212,7 @@ def render(result: GradeResult, lang: str) -> str:
     """The scorecard as a page of its own, under about 1 MiB whatever the submission did."""
 
     def draw(clean: GradeResult) -> str:
-        title = f"{say('scorecard', lang)}: {PurePath(clean.submission).name}"
+        title = f"{say('scorecard', lang)}{colon(lang)}{PurePath(clean.submission).name}"
         return page(title, f'<div class="pa-card">{_card(clean, lang, "order")}</div>', lang, CARD_STYLE)
 
     return fit(draw, utf8_size, result)

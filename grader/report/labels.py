@@ -54,6 +54,7 @@ def word(key: str, lang: str) -> str:
 # Counted nouns: Chinese takes a measure word and no plural; English "1 block", "2 blocks".
 UNITS = {
     "block": ("个块", "block", "blocks"),
+    "free_block": ("个空闲块", "free block", "free blocks"),
     "item": ("个评分项", "item", "items"),
     "cell": ("个代码单元", "cell", "cells"),
     "line": ("行", "line", "lines"),
@@ -71,3 +72,11 @@ def plural(count: int, unit: str, lang: str) -> str:
 
 def seconds(value: float, lang: str) -> str:
     return f"{value:.1f} 秒" if lang == "zh" else f"{value:.1f} s"
+
+
+def colon(lang: str) -> str:
+    return "：" if lang == "zh" else ": "
+
+
+def paren(text: str, lang: str) -> str:
+    return f"（{text}）" if lang == "zh" else f" ({text})"

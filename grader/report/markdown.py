@@ -12,7 +12,7 @@ from pathlib import PurePath
 
 from grader.report import cells
 from grader.report.budget import fit, utf8_size
-from grader.report.labels import plural, seconds, status_word, todo_name, word
+from grader.report.labels import colon, paren, plural, seconds, status_word, todo_name, word
 from grader.results import FAILED, NOT_RUN, Failure, GradeResult, ItemResult
 
 # Words the scorecards need beyond labels.WORDS (shared with html.py and dashboard.py).
@@ -86,10 +86,10 @@ def details(summary: str, body: str) -> str:
 def _failure_body(failure: Failure, lang: str) -> list[str]:
     out = [inline(failure.message.get(lang))]
     if failure.expected or failure.actual:
-        out += ["", f"- {say('expected', lang)}: {code_span(failure.expected)}", f"- {say('actual', lang)}: {code_span(failure.actual)}"]
+        out += ["", f"- {say('expected', lang)}{colon(lang)}{code_span(failure.expected)}", f"- {say('actual', lang)}{colon(lang)}{code_span(failure.actual)}"]
     repro = failure.repro_for(lang)
     if repro:
-        out += ["", f"{say('repro', lang)}:", "", fence(repro, "python")]
+        out += ["", f"{say('repro', lang)}{colon(lang).rstrip()}", "", fence(repro, "python")]
     if failure.traceback:
         out += ["", details(say("traceback", lang), fence(failure.traceback))]
     out.append("")
@@ -109,7 +109,7 @@ def _errors_first(result: GradeResult, lang: str) -> list[str]:
         return []
     lines = [f"### ⚠ {say('fix_first', lang)}", ""]
     for cell in broken:
-        lines.append(f"- **{inline(cells.where(cell, lang))}**: {code_span(cell.error_type or cell.status)} {inline(cell.message)}")
+        lines.append(f"- **{inline(cells.where(cell, lang))}**{colon(lang)}{code_span(cell.error_type or cell.status)} {inline(cell.message)}")
         if cell.traceback:
             lines += ["", "  " + details(say("traceback", lang), fence(cell.traceback)).replace("\n", "\n  "), ""]
     return lines + [""]
@@ -122,18 +122,18 @@ def render(result: GradeResult, lang: str) -> str:
 
 def _render(result: GradeResult, lang: str) -> str:
     name = PurePath(result.submission).name
-    lines = [f"## {say('scorecard', lang)}: {inline(name)}", ""]
-    lines.append(f"**{say('total', lang)}: {result.score:g} / {result.max_score:g}**")
+    lines = [f"## {say('scorecard', lang)}{colon(lang)}{inline(name)}", ""]
+    lines.append(f"**{say('total', lang)}{colon(lang)}{result.score:g} / {result.max_score:g}**")
     not_run = [item for item in result.items if item.status == NOT_RUN]
     if not_run and result.error is None:
         lines[-1] += f" ({say('scaled', lang)})"
     lines.append("")
     if result.error is not None:
-        lines += [f"**{say('unreadable', lang)}**: {inline(result.error.message.get(lang))}", ""]
+        lines += [f"**{say('unreadable', lang)}**{colon(lang)}{inline(result.error.message.get(lang))}", ""]
         return _finish(lines, result, lang)
     lines += _errors_first(result, lang)
     for flag in result.flags:
-        lines.append(f"> ⚠️ **{say('flags', lang)}**: {inline(flag.get(lang))}")
+        lines.append(f"> ⚠️ **{say('flags', lang)}**{colon(lang)}{inline(flag.get(lang))}")
     for note in result.notes:
         lines.append(f"> {inline(note.get(lang))}")
     if result.flags or result.notes:
@@ -144,7 +144,7 @@ def _render(result: GradeResult, lang: str) -> str:
     lines.append("")
     failed = [item for item in result.items if item.status == FAILED]
     if failed:
-        lines += [f"### {say('failed_items', lang)} ({plural(len(failed), 'item', lang)})", ""]
+        lines += [f"### {say('failed_items', lang)}{paren(plural(len(failed), 'item', lang), lang)}", ""]
         for item in failed:
             lines += _failure_block(item, lang)
     else:
@@ -157,7 +157,7 @@ def _render(result: GradeResult, lang: str) -> str:
         lines += [f"### {say('not_run_items', lang)}", ""]
         for item in not_run:
             reason = item.failure.message.get(lang) if item.failure else status_word(NOT_RUN, lang)
-            lines.append(f"- {code_span(item.id)}: {inline(item.title.get(lang))} — {inline(reason)}")
+            lines.append(f"- {code_span(item.id)}{colon(lang)}{inline(item.title.get(lang))} — {inline(reason)}")
         lines.append("")
     if result.output_excerpt:
         lines += [details(say("output", lang), fence(result.output_excerpt)), ""]
@@ -171,6 +171,6 @@ def _finish(lines: list[str], result: GradeResult, lang: str) -> str:
         footer.append(f"sha256 {inline(result.sha256[:12])}")
     summary = (result.isolation or {}).get("summary")
     if isinstance(summary, dict) and summary.get(lang):
-        footer.append(f"{say('isolation', lang)}: {inline(str(summary[lang]))}")
+        footer.append(f"{say('isolation', lang)}{colon(lang)}{inline(str(summary[lang]))}")
     lines.append("<sub>" + " · ".join(footer) + "</sub>")
     return "\n".join(lines) + "\n"

@@ -183,7 +183,7 @@ def pool_svg(picture: dict[str, Any], lang: str) -> str:
                 out.append(f'<rect class="pa-highlight" x="{x - 2}" y="{y - 2}" width="{size + 4}" height="{size + 4}" rx="4" fill="none" stroke="#111" stroke-width="3"/>')
         out.append("</g>")
         tables = "  ".join(f"{name}: {state['tables'][name]}" for name in state["tables"])
-        summary = f"{w('free', lang)} {plural(free, 'block', lang)}" + (f" · {tables}" if tables else "")
+        summary = plural(free, "free_block", lang) + (f" · {tables}" if tables else "")
         out.append(f'<text x="{left}" y="{top + rows * (size + gap) + 12}" class="pa-small">{esc(summary[:160])}</text>')
     entries = [(colour, name) for name, colour in colours.items()] + [(FREE, w("free", lang))]
     x = 4

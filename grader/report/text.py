@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from grader.report import cells as cell_info
 from grader.report.budget import sanitized
-from grader.report.labels import status_word, todo_name, word
+from grader.report.labels import colon, status_word, todo_name, word
 from grader.report.pictures import picture_text
 from grader.results import FAILED, Failure, GradeResult, ItemResult
 
@@ -49,35 +49,35 @@ def _block(text: str, limit: int | None, lang: str) -> list[str]:
 def failure_lines(failure: Failure, lang: str, first: bool) -> list[str]:
     lines = [INDENT + one_line(failure.message.get(lang), 600)]
     if failure.expected or failure.actual:
-        lines.append(f"{INDENT}{word('expected', lang)}: {one_line(failure.expected, 300)}")
-        lines.append(f"{INDENT}{word('actual', lang)}: {one_line(failure.actual, 300)}")
+        lines.append(f"{INDENT}{word('expected', lang)}{colon(lang)}{one_line(failure.expected, 300)}")
+        lines.append(f"{INDENT}{word('actual', lang)}{colon(lang)}{one_line(failure.actual, 300)}")
     repro = failure.repro_for(lang)
     if repro:
         total = len(repro.rstrip("\n").split("\n"))
         if first or total <= SHORT_REPRO + 1:
-            lines.append(f"{INDENT}{word('repro', lang)}:")
+            lines.append(f"{INDENT}{word('repro', lang)}{colon(lang).rstrip()}")
             lines += _block(repro, None, lang)
         else:
-            lines.append(INDENT + say("short_repro", lang, n=SHORT_REPRO, total=total) + ":")
+            lines.append(INDENT + say("short_repro", lang, n=SHORT_REPRO, total=total) + colon(lang).rstrip())
             lines += _block(repro, SHORT_REPRO, lang)
     if failure.traceback:
-        lines.append(f"{INDENT}{word('traceback', lang)}:")
+        lines.append(f"{INDENT}{word('traceback', lang)}{colon(lang).rstrip()}")
         lines += _block(failure.traceback, None if first else 4, lang)
     lines += [INDENT + row for row in picture_text(failure.picture, lang)]
     return lines
 
 
 def _header(result: GradeResult, lang: str) -> str:
-    return f"{word('score', lang)}: {result.score:g} / {result.max_score:g}   ({result.submission})"
+    return f"{word('score', lang)}{colon(lang)}{result.score:g} / {result.max_score:g}   ({result.submission})"
 
 
 def _raised(result: GradeResult, lang: str, numbering: str) -> list[str]:
     broken = cell_info.raised(result)
     if not broken:
         return []
-    lines = [f"⚠ {say('fix_first', lang)}:"]
+    lines = [f"⚠ {say('fix_first', lang)}{colon(lang).rstrip()}"]
     for number, cell in enumerate(broken):
-        lines.append(f"  ✗ {cell_info.where(cell, lang, numbering)}: {one_line(cell_info.what(cell, lang), 300)}")
+        lines.append(f"  ✗ {cell_info.where(cell, lang, numbering)}{colon(lang)}{one_line(cell_info.what(cell, lang), 300)}")
         if cell.traceback and number < 3:  # the last frames of the first few; the rest on one line each
             rows = cell.traceback.rstrip("\n").split("\n")
             lines += _block("\n".join(rows[-4:]), None, lang)
@@ -90,12 +90,12 @@ def render(result: GradeResult, lang: str, *, quiet: bool = False, numbering: st
         return render_quiet(result, lang, numbering=numbering)
     lines = [_header(result, lang)]
     if result.error is not None:
-        lines.append(f"{word('unreadable', lang)}: {one_line(result.error.message.get(lang), 600)}")
+        lines.append(f"{word('unreadable', lang)}{colon(lang)}{one_line(result.error.message.get(lang), 600)}")
         return "\n".join(lines) + "\n"
     lines.append("")
     lines += _raised(result, lang, numbering)
     for flag in result.flags:
-        lines.append(f"! {word('flags', lang)}: {one_line(flag.get(lang), 600)}")
+        lines.append(f"! {word('flags', lang)}{colon(lang)}{one_line(flag.get(lang), 600)}")
     for note in result.notes:
         lines.append(f"* {one_line(note.get(lang), 600)}")
     todos = result.todo_scores()
@@ -105,15 +105,15 @@ def render(result: GradeResult, lang: str, *, quiet: bool = False, numbering: st
         if item.todo not in shown:
             shown.add(item.todo)
             got, possible = todos.get(item.todo, (0.0, 0.0))
-            lines.append(f"\n{todo_name(item.todo, lang)}: {got:g}/{possible:g}")
+            lines.append(f"\n{todo_name(item.todo, lang)}{colon(lang)}{got:g}/{possible:g}")
         lines.append(f"  {MARK[item.status]} {item.id} ({item.score:g}/{item.weight:g}) {status_word(item.status, lang)}")
         if item.failure is not None and item.status == FAILED:
             lines += failure_lines(item.failure, lang, first)
-            first = False
+            first = first and not item.failure.repro_for(lang)  # "first": the first reproduction shown
         elif item.failure is not None:  # not run here: say why, on one line
             lines.append(INDENT + one_line(item.failure.message.get(lang), 300))
     if result.given_code:
-        lines.append(f"\n{say('given', lang)}:")
+        lines.append(f"\n{say('given', lang)}{colon(lang).rstrip()}")
         for finding in result.given_code:
             lines += failure_lines(finding, lang, first=False)
     return "\n".join(lines) + "\n"
@@ -122,7 +122,7 @@ def render(result: GradeResult, lang: str, *, quiet: bool = False, numbering: st
 def _item_line(item: ItemResult, lang: str) -> str:
     line = f"{MARK[item.status]} {item.id} {item.score:g}/{item.weight:g} {status_word(item.status, lang)}"
     if item.failure is not None and item.status == FAILED:
-        line += ": " + one_line(item.failure.message.get(lang), 160)
+        line += colon(lang) + one_line(item.failure.message.get(lang), 160)
     return line
 
 
@@ -131,9 +131,9 @@ def render_quiet(result: GradeResult, lang: str, *, numbering: str = "order") ->
     result = sanitized(result)
     lines = [_header(result, lang)]
     if result.error is not None:
-        lines.append(f"✗ {word('unreadable', lang)}: {one_line(result.error.message.get(lang), 300)}")
+        lines.append(f"✗ {word('unreadable', lang)}{colon(lang)}{one_line(result.error.message.get(lang), 300)}")
         return "\n".join(lines) + "\n"
     for cell in cell_info.raised(result):
-        lines.append(f"✗ {cell_info.where(cell, lang, numbering)}: {one_line(cell_info.what(cell, lang), 160)}")
+        lines.append(f"✗ {cell_info.where(cell, lang, numbering)}{colon(lang)}{one_line(cell_info.what(cell, lang), 160)}")
     lines += [_item_line(item, lang) for item in result.items]
     return "\n".join(lines) + "\n"
