@@ -227,7 +227,7 @@ def child_main(request: Path, answer: Path) -> int:
     result = grade_submission(submission, config, resolve_device("auto"), data["todos"] or None)
     result.seconds = round(time.monotonic() - started, 3)
     result.notes.insert(0, Text(*NOTE_RUN))
-    annotate(result, cells, numbering="run")
+    annotate(sanitize_result(result), cells, numbering="run")  # sanitised first: bounded work
     answer.write_text(json.dumps(sanitize_result(result).to_dict(), ensure_ascii=True), encoding="utf-8")
     return 0
 

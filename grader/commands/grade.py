@@ -76,8 +76,9 @@ def _run(args: argparse.Namespace) -> int:
         result = grade_path(args.submission, config, args.device)
     except Exception as error:  # a bug of the grader's own: still a scorecard, never a traceback
         result = internal_error_result(args.submission, config, error)
+    result = sanitize_result(result)  # first: what follows then works on bounded text
     attempt("sources", lambda: with_sources(result, args.submission, config), lambda: None)
-    result = sanitize_result(result)
+    result = sanitize_result(result)  # the source lines added are the student's text too
     actions = github.in_actions()
     report = attempt("text", lambda: text.render(result, lang, quiet=args.quiet), lambda: plain_summary(result))
     # In GitHub Actions the text quotes student exceptions: keep it from issuing workflow commands.
