@@ -108,8 +108,8 @@ def test_plurals() -> None:
     one = picture_result()
     one.items = [i for i in one.items if i.status != FAILED or i.id == "todo3.growth"]
     page = html.render(one, "en")
-    assert "Failed items (1 item)" in page and "3 free blocks" in page and "4 free blocks" in page
-    assert "(6 items)" in html.render(picture_result(), "en") and "（6 个评分项）" in html.render(picture_result(), "zh")
+    assert "1 failed item<" in page and "3 free blocks" in page and "4 free blocks" in page
+    assert "6 failed items" in html.render(picture_result(), "en") and "未通过的评分项（6 项）" in html.render(picture_result(), "zh")
     assert "3.2 秒" in html.render(picture_result(), "zh") and "3.2 s" in html.render(picture_result(), "en")
 
 

@@ -16,7 +16,7 @@ from pathlib import PurePath
 
 from grader.report import cells as cell_info
 from grader.report.budget import fit, utf8_size
-from grader.report.labels import colon, paren, plural, seconds, status_word, todo_name
+from grader.report.labels import colon, failed_heading, seconds, status_word, todo_name
 from grader.report.markdown import say
 from grader.report.pictures import picture_svg
 from grader.results import FAILED, NOT_RUN, Failure, GradeResult, ItemResult
@@ -39,7 +39,9 @@ code{background:#eef0f3;padding:0 4px;border-radius:3px;word-break:break-word}
 
 # The card itself: every selector under .pa-card (safe inside a notebook's page).
 CARD_STYLE = """
-.pa-card{font:15px/1.5 system-ui,-apple-system,"Segoe UI","Noto Sans CJK SC","PingFang SC",sans-serif;color:#1d2430;max-width:980px}
+.pa-card{font:15px/1.5 system-ui,-apple-system,"Segoe UI","Noto Sans CJK SC","PingFang SC",sans-serif;color:#1d2430;max-width:980px;
+ background:#f6f7f9;padding:12px 16px;border-radius:8px;text-align:left}
+.pa-card .pa-nowrap{white-space:nowrap}
 .pa-card h1{font-size:1.5em;margin:.2em 0}.pa-card h2{font-size:1.2em;margin-top:1.4em;border-bottom:1px solid #d9dde3;padding-bottom:.2em}
 .pa-card .total{font-size:2.4em;font-weight:700}.pa-card .muted{color:#5f6b7a;font-size:.9em}
 .pa-card table{border-collapse:collapse;width:100%;background:#fff}
@@ -60,7 +62,7 @@ CARD_STYLE = """
 .pa-card .pa-picture{display:block;max-width:100%;height:auto;background:#fff;border:1px solid #e4e7eb;border-radius:6px;margin:8px 0}
 .pa-card .pa-picture text{font:12px system-ui,sans-serif;fill:#1d2430}.pa-card .pa-picture .pa-small{font-size:11px;fill:#5f6b7a}
 .pa-card .pa-picture .pa-label{font-weight:600}.pa-card .pa-picture .pa-step{font-family:ui-monospace,monospace}
-.pa-card .pa-picture .pa-num{font-size:11px;fill:#fff;font-weight:600}.pa-card .pa-picture .pa-mark{font-size:12px;fill:#fff}
+.pa-card .pa-picture .pa-num{font-size:11px;fill:#fff;font-weight:600}.pa-card .pa-picture .pa-lost{fill:#d9534f;font-size:14px}.pa-card .pa-picture .pa-mark{font-size:12px;fill:#fff}
 """
 
 
@@ -176,7 +178,7 @@ def _card(result: GradeResult, lang: str, numbering: str) -> str:
     body.append(f'<table id="todos"><tr><th>{esc(say("todo", lang))}</th><th>{esc(say("points", lang))}</th><th></th></tr>{rows}</table>')
     failed = [item for item in result.items if item.status == FAILED]
     if failed:
-        body.append(f'<h2>{esc(say("failed_items", lang) + paren(plural(len(failed), "item", lang), lang))}</h2>')
+        body.append(f'<h2>{esc(failed_heading(len(failed), lang))}</h2>')
         body += [_item_card(item, lang) for item in failed]
     else:
         body.append(f'<p class="passed">✓ {esc(say("all_passed", lang))}</p>')
@@ -189,7 +191,7 @@ def _card(result: GradeResult, lang: str, numbering: str) -> str:
     body.append(f'<h2>{esc(say("items", lang))}</h2><div class="scroll"><table id="items">')
     for item in result.items:
         body.append(
-            f'<tr><td class="pa-idcol">{item_id(item.id)}</td><td class="{esc(item.status)}">{esc(status_word(item.status, lang))}</td>'
+            f'<tr><td class="pa-idcol">{item_id(item.id)}</td><td class="{esc(item.status)} pa-nowrap">{esc(status_word(item.status, lang))}</td>'
             f"<td>{item.score:g}/{item.weight:g}</td><td>{esc(item.title.get(lang))}</td></tr>"
         )
     body.append("</table></div>")

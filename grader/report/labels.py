@@ -80,3 +80,9 @@ def colon(lang: str) -> str:
 
 def paren(text: str, lang: str) -> str:
     return f"（{text}）" if lang == "zh" else f" ({text})"
+
+
+def failed_heading(count: int, lang: str) -> str:
+    if lang == "zh":
+        return f"未通过的评分项（{count} 项）"
+    return f"{count} failed item{'' if count == 1 else 's'}"

@@ -12,7 +12,7 @@ from pathlib import PurePath
 
 from grader.report import cells
 from grader.report.budget import fit, utf8_size
-from grader.report.labels import colon, paren, plural, seconds, status_word, todo_name, word
+from grader.report.labels import colon, failed_heading, seconds, status_word, todo_name, word
 from grader.results import FAILED, NOT_RUN, Failure, GradeResult, ItemResult
 
 # Words the scorecards need beyond labels.WORDS (shared with html.py and dashboard.py).
@@ -144,7 +144,7 @@ def _render(result: GradeResult, lang: str) -> str:
     lines.append("")
     failed = [item for item in result.items if item.status == FAILED]
     if failed:
-        lines += [f"### {say('failed_items', lang)}{paren(plural(len(failed), 'item', lang), lang)}", ""]
+        lines += [f"### {failed_heading(len(failed), lang)}", ""]
         for item in failed:
             lines += _failure_block(item, lang)
     else:

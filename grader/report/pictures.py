@@ -145,8 +145,9 @@ def _block_svg(x: float, y: float, size: float, holders: list[str], colours: dic
             parts.append(f'<rect x="{x + i * slice_w:.1f}" y="{y}" width="{slice_w:.1f}" height="{size}" fill="{fill}"/>')
         parts.append(f'<rect x="{x}" y="{y}" width="{size}" height="{size}" rx="3" fill="none" stroke="{BAD}" stroke-width="2" stroke-dasharray="3 2"/>')
     label = "?" if not holders else str(block) if numbered else ""
-    if label:
-        parts.append(f'<text x="{x + size / 2}" y="{y + size / 2 + 4}" text-anchor="middle" class="pa-num">{label}</text>')
+    if label:  # white on a colour; a lost block is white itself, so its "?" is dark
+        kind = "pa-num pa-lost" if not holders else "pa-num"
+        parts.append(f'<text x="{x + size / 2}" y="{y + size / 2 + 4}" text-anchor="middle" class="{kind}">{label}</text>')
     where = ", ".join(h or "free" for h in holders) or "lost"
     return f'<g class="pa-block" data-block="{block}" data-holders="{esc(where)}"><title>{block}: {esc(where)}</title>{"".join(parts)}</g>'
 
@@ -237,7 +238,7 @@ def attention_svg(picture: dict[str, Any], lang: str) -> str:
     cell = max(12, min(32, 480 // max(heads, 1)))
     left, top = 80, 34
     grid_w, grid_h = heads * cell, seqs * cell
-    width = max(left + grid_w + 20, 560)
+    width = max(left + grid_w + 20, left + 400 + 170)  # the grid, or the scale and its legend
     legend_y = top + grid_h + 34
     height = legend_y + 56
     worst = picture.get("worst")
