@@ -45,7 +45,7 @@ MESSAGES = {
         "不认识的 TODO {todo!r}：可以写 {choices}，或者不写（检查全部）。",
         "unknown TODO {todo!r}: use one of {choices}, or nothing to check them all.",
     ),
-    "bad_lang": ("lang 只能是 'zh' 或 'en'，收到 {lang!r}", "lang must be 'zh' or 'en', got {lang!r}"),
+    "bad_lang": ("lang 只能是 'zh' 或 'en'，收到 {value!r}", "lang must be 'zh' or 'en', got {value!r}"),
     "nothing": ("还没有运行过任何代码单元：先运行你的代码，再调用 grader.check()。", "no cell has run yet: run your cells first, then call grader.check()."),
     "failed": ("评分器自身出错（不是你的问题），请把这条信息告诉助教：{detail}", "the grader itself failed (not your fault); please show this to the TAs: {detail}"),
     "interrupted": ("已中断评分。", "grading interrupted."),
@@ -131,7 +131,7 @@ def check(todo: str | int | None = None, *, lang: str | None = None) -> CheckRes
     config = load_config()
     lang = lang or config.feedback.language
     if lang not in ("zh", "en"):
-        print(_say("bad_lang", "en", lang=lang), file=sys.stderr)
+        print(_say("bad_lang", "en", value=lang), file=sys.stderr)
         return None
     shell = _shell()
     if shell is None or not hasattr(shell, "history_manager"):

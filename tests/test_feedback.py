@@ -13,7 +13,7 @@ import pytest
 from grader.report import cells, gradescope, html, markdown, text
 from grader.report.budget import MAX_REPORT_BYTES
 from grader.report.labels import plural
-from grader.results import FAILED, CellReport
+from grader.results import FAILED, CellReport, Failure, Text
 from grader.submission import Cell
 from tests.handmade import DECODE_REPRO, hostile_huge_result, picture_result
 from tests.test_reports import assert_inert, parse
@@ -170,3 +170,15 @@ def test_every_renderer_is_safe_even_on_an_unsanitised_result() -> None:
         out = render(result, "en")
         out.encode("utf-8")
         assert "\x1b" not in out and "\nScore: 100" not in out
+
+
+def test_a_todo_not_written_says_it_once_in_the_terminal() -> None:
+    result = picture_result()
+    same = Failure("not_implemented", Text("TODO 4 还没有实现", "TODO 4 is not implemented yet"), repro="r = Request(request_id=0, prompt_len=1)\nm.get_physical_cache(r)")
+    for item in result.items:
+        if item.todo == "todo4":
+            item.status, item.failure = FAILED, same
+    report = text.render(result, "en")
+    assert report.count("m.get_physical_cache(r)") == 1 and report.count("TODO 4 is not implemented yet") == 1
+    assert report.split("todo4.truncate")[1].splitlines()[1].strip() == "↑ same as above"
+    assert html.render(result, "en").count("m.get_physical_cache(r)") == 2  # the scorecard keeps every card whole

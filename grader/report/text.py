@@ -22,6 +22,7 @@ INDENT = "      "
 WORDS = {
     "short_repro": ("复现（共 {total} 行，只显示前 {n} 行）", "Reproduction (first {n} of {total} lines)"),
     "more_lines": ("…… 还有 {n} 行", "… {n} more line{s}"),
+    "same": ("↑ 同上", "↑ same as above"),
 }
 
 
@@ -101,6 +102,7 @@ def render(result: GradeResult, lang: str, *, quiet: bool = False, numbering: st
     todos = result.todo_scores()
     shown: set[str] = set()
     first = True
+    previous: tuple[str, str] | None = None
     for item in result.items:
         if item.todo not in shown:
             shown.add(item.todo)
@@ -108,6 +110,11 @@ def render(result: GradeResult, lang: str, *, quiet: bool = False, numbering: st
             lines.append(f"\n{todo_name(item.todo, lang)}{colon(lang)}{got:g}/{possible:g}")
         lines.append(f"  {MARK[item.status]} {item.id} ({item.score:g}/{item.weight:g}) {status_word(item.status, lang)}")
         if item.failure is not None and item.status == FAILED:
+            said = (item.failure.message.get(lang), item.failure.repro_for(lang))
+            if said == previous and item.failure.repro_for(lang):  # a TODO not written: every item says the same
+                lines.append(INDENT + say("same", lang))
+                continue
+            previous = said
             lines += failure_lines(item.failure, lang, first)
             first = first and not item.failure.repro_for(lang)  # "first": the first reproduction shown
         elif item.failure is not None:  # not run here: say why, on one line
