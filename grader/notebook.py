@@ -188,18 +188,26 @@ def grade_history(cells: list[tuple[int, str]], name: str, todos: list[str], tim
         try:
             output, _ = child.communicate(timeout=timeout)
         except BaseException:  # Ctrl-C in the notebook, or the timeout: the grader and its sandbox stop
-            os.killpg(child.pid, signal.SIGTERM)
-            try:
-                child.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                os.killpg(child.pid, signal.SIGKILL)
-                child.wait()
+            _stop(child)
             raise
         if child.returncode != 0 or not answer.exists():
             tail = output.decode("utf-8", "replace")[-800:]
             raise RuntimeError(f"exit status {child.returncode}: {tail}")
         data = json.loads(answer.read_text(encoding="utf-8"))
     return sanitize_result(GradeResult.from_dict(data))
+
+
+def _stop(child: subprocess.Popen[bytes]) -> None:
+    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, None)):
+        try:
+            os.killpg(child.pid, sig)
+        except ProcessLookupError:  # already gone
+            pass
+        try:
+            child.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _import_root() -> str:

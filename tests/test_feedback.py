@@ -182,3 +182,17 @@ def test_a_todo_not_written_says_it_once_in_the_terminal() -> None:
     assert report.count("m.get_physical_cache(r)") == 1 and report.count("TODO 4 is not implemented yet") == 1
     assert report.split("todo4.truncate")[1].splitlines()[1].strip() == "↑ same as above"
     assert html.render(result, "en").count("m.get_physical_cache(r)") == 2  # the scorecard keeps every card whole
+
+
+def test_given_code_findings_and_the_isolation_in_force_are_shown() -> None:
+    result = picture_result()
+    result.given_code = [Failure("given", Text("给定的 release_request 被改动了", "the given release_request was changed"), repro="m.release_request(r0)")]
+    for lang, heading, finding, isolation in (
+        ("en", "Given code (not part of a TODO)", "the given release_request was changed", "Isolation: own user and PID namespaces"),
+        ("zh", "给定代码（不属于任何 TODO）", "给定的 release_request 被改动了", "隔离：独立的用户与进程命名空间"),
+    ):
+        page, terminal = html.render(result, lang), text.render(result, lang)
+        md = markdown.render(result, lang).replace("\\", "")  # Markdown escapes release\_request
+        for report in (page, md, terminal):
+            assert heading in report and finding in report and "m.release_request(r0)" in report
+        assert isolation in page and isolation in md

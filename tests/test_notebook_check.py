@@ -121,3 +121,26 @@ def test_a_grader_failure_in_check_is_a_message(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(notebook, "grade_history", broken)
     assert grader.check(lang="en") is None
     assert "the grader itself failed (not your fault)" in capsys.readouterr().err
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text in (entry / "cmdline").read_bytes().decode("utf-8", "replace"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.slow
+def test_an_interrupted_check_leaves_nothing_running() -> None:
+    # Ctrl-C in the notebook arrives as KeyboardInterrupt while the kernel waits; a timeout the same way.
+    started = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired):
+        notebook.grade_history([(1, "import time\ntime.sleep(120)")], "nb.ipynb", ["todo1"], timeout=4)
+    time.sleep(1)
+    assert time.monotonic() - started < 60
+    assert _processes_mentioning("grader.notebook") == [] and _processes_mentioning("pa-check-") == []
