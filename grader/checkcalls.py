@@ -5,7 +5,8 @@ cell would import the grader (an integrity flag, and no credit) and would grade 
 inside its own grading. So, before anything runs, these top-level statements are replaced by
 `pass` (line numbers kept):
 
-* `import grader`, `import grader as g`, `from grader import check [as c]`, also inside a
+* `import grader`, `import grader as g`, `from grader import check [as c]` (and `grader` out of
+  `import grader, time`), also inside a
   `try`/`if`/`def` (the whole statement goes: `try: import grader ... else: grader.check()`);
 * any statement that calls `<that name>.check(...)` or `c(...)`;
 * any later statement that uses a name bound by the two above (`r = grader.check(); print(r.score)`).
@@ -46,6 +47,17 @@ def _check_names(node: ast.stmt) -> set[str] | None:
     return names or None
 
 
+def _without_grader(node: ast.stmt) -> tuple[str, set[str]] | None:
+    """For `import grader, time as t`: (`import time as t`, the names the grader was bound to)."""
+    if not isinstance(node, ast.Import) or len(node.names) < 2:
+        return None
+    ours = [alias for alias in node.names if alias.name == "grader"]
+    if not ours or len(ours) == len(node.names) or any(a.name.startswith("grader.") for a in node.names):
+        return None
+    kept = [alias.name + (f" as {alias.asname}" if alias.asname else "") for alias in node.names if alias not in ours]
+    return "import " + ", ".join(kept), {alias.asname or "grader" for alias in ours}
+
+
 def _loads(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
@@ -56,15 +68,15 @@ def _stores(node: ast.AST) -> set[str]:
     return out
 
 
-def _blank(lines: list[str], node: ast.stmt) -> None:
-    """Replace one top-level statement by `pass`, keeping every other line where it was."""
+def _blank(lines: list[str], node: ast.stmt, replacement: str = "pass") -> None:
+    """Replace one top-level statement (by `pass`), keeping every other line where it was."""
     start, end = node.lineno - 1, (node.end_lineno or node.lineno) - 1
     col, end_col = node.col_offset, node.end_col_offset or len(lines[end])
     head, tail = lines[start][:col], lines[end][end_col:]
     if start == end:
-        lines[start] = head + "pass" + tail
+        lines[start] = head + replacement + tail
         return
-    lines[start] = head + "pass" + (" \\" if tail.strip() and not tail.lstrip().startswith("#") else "")
+    lines[start] = head + replacement + (" \\" if tail.strip() and not tail.lstrip().startswith("#") else "")
     for i in range(start + 1, end):
         lines[i] = ""
     lines[end] = tail if tail.strip() and not tail.lstrip().startswith("#") else ""
@@ -78,7 +90,14 @@ def strip_source(source: str, tainted: set[str]) -> str:
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return source  # the worker reports the cell; nothing here can run
     doomed: list[ast.stmt] = []
+    rewrites: dict[int, str] = {}  # id(node) -> what replaces it, when not `pass`
     for node in tree.body:
+        split = _without_grader(node)
+        if split is not None:  # `import grader, time`: the grader goes, time stays
+            rewrites[id(node)], names = split
+            tainted |= names
+            doomed.append(node)
+            continue
         names = _check_names(node)
         if names is not None:
             tainted |= names | _stores(node)
@@ -90,11 +109,11 @@ def strip_source(source: str, tainted: set[str]) -> str:
         doomed.append(node)
     if not doomed:
         return source
-    if len(doomed) == len(tree.body):
+    if len(doomed) == len(tree.body) and not rewrites:
         return PLACEHOLDER
     lines = source.split("\n")
     for node in reversed(doomed):  # from the end: earlier columns stay valid on shared lines
-        _blank(lines, node)
+        _blank(lines, node, rewrites.get(id(node), "pass"))
     stripped = "\n".join(lines)
     try:
         ast.parse(stripped)

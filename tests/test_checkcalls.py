@@ -26,7 +26,9 @@ from tests.conftest import SOLUTION_NB, STUDENT_NB
         ("x = 1; import grader; grader.check(\n    'todo3')\ny = 2", "x = 1; pass; pass\n\ny = 2"),
         # Any other import of the grader stays what it is (and integrity flags it).
         ("import grader.checks", "import grader.checks"),
-        ("import torch, grader", "import torch, grader"),
+        ("import grader, time\nt = time.monotonic(); r = grader.check('todo3')", "import time\nt = time.monotonic(); pass"),
+        ("import torch as t, grader as g\nx = t.zeros(1)\ng.check()", "import torch as t\nx = t.zeros(1)\npass"),
+        ("import grader.checks, time", "import grader.checks, time"),
         ("from grader.grade import grade_path", "from grader.grade import grade_path"),
         ("import grader\nfrom grader import integrity", "pass\nfrom grader import integrity"),
         # A name taken back by the student is theirs again.
