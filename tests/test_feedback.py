@@ -196,3 +196,12 @@ def test_given_code_findings_and_the_isolation_in_force_are_shown() -> None:
         for report in (page, md, terminal):
             assert heading in report and finding in report and "m.release_request(r0)" in report
         assert isolation in page and isolation in md
+
+
+def test_later_tracebacks_keep_their_last_frames() -> None:
+    result = picture_result()
+    frames = "\n".join(f'  File "<cell 3>", line {n}, in f{n}' for n in range(1, 11))
+    oom = next(i for i in result.items if i.id == "todo3.oom_rollback")
+    oom.failure.traceback = frames  # type: ignore[union-attr]
+    shown = text.render(result, "en").split("todo3.oom_rollback")[1].split("todo4")[0]
+    assert "… 6 more lines" in shown and "in f10" in shown and "in f7" in shown and "in f6" not in shown

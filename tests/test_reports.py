@@ -157,7 +157,8 @@ def test_grade_in_github_actions_writes_summary_points_and_annotations(tmp_path:
     assert any("::error title=fake::pwned" in line for line in lines[start:end])
     assert not any(line.startswith("::error title=fake") for line in lines)
     assert all(line.startswith(("::notice title=Points::", "::error file=", "::warning file=")) for line in outside if line)
-    assert any("%0A::error title=fake::pwned" in line for line in outside if line.startswith("::warning "))
+    # Sanitised once, before any report: the message's newlines are folded ("⏎"), never a line of their own.
+    assert any("boom ⏎ ::error title=fake::pwned ⏎ ::add-mask::x" in line for line in outside if line.startswith("::warning "))
     assert "::notice title=Points::Points 0/100" in outside
     assert any(line.startswith("::error file=nb.py,title=todo1.") for line in outside)
     assert "Scorecard" in summary.read_text(encoding="utf-8")

@@ -39,11 +39,13 @@ def one_line(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _block(text: str, limit: int | None, lang: str) -> list[str]:
+def _block(text: str, limit: int | None, lang: str, tail: bool = False) -> list[str]:
+    """Indented lines of code or a traceback: all, or `limit` of them (the last, with tail=True)."""
     rows = text.rstrip("\n").split("\n")
     if limit is not None and len(rows) > limit + 1:
         rest = len(rows) - limit
-        rows = rows[:limit] + [say("more_lines", lang, n=rest, s="s" if rest != 1 else "")]
+        more = say("more_lines", lang, n=rest, s="s" if rest != 1 else "")
+        rows = [more, *rows[-limit:]] if tail else [*rows[:limit], more]
     return [INDENT + "  " + row for row in rows]
 
 
@@ -63,7 +65,7 @@ def failure_lines(failure: Failure, lang: str, first: bool) -> list[str]:
             lines += _block(repro, SHORT_REPRO, lang)
     if failure.traceback:
         lines.append(f"{INDENT}{word('traceback', lang)}{colon(lang).rstrip()}")
-        lines += _block(failure.traceback, None if first else 4, lang)
+        lines += _block(failure.traceback, None if first else 4, lang, tail=True)
     lines += [INDENT + row for row in picture_text(failure.picture, lang)]
     return lines
 
@@ -80,8 +82,7 @@ def _raised(result: GradeResult, lang: str, numbering: str) -> list[str]:
     for number, cell in enumerate(broken):
         lines.append(f"  ✗ {cell_info.where(cell, lang, numbering)}{colon(lang)}{one_line(cell_info.what(cell, lang), 300)}")
         if cell.traceback and number < 3:  # the last frames of the first few; the rest on one line each
-            rows = cell.traceback.rstrip("\n").split("\n")
-            lines += _block("\n".join(rows[-4:]), None, lang)
+            lines += _block(cell.traceback, 4, lang, tail=True)
     return lines + [""]
 
 
