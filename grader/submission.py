@@ -18,6 +18,8 @@ from pathlib import Path
 
 import nbformat
 
+from grader.checkcalls import strip_check_calls
+
 # Cell magics whose body is Python, run once as the cell's code; the worker's stand-in shell
 # skips any other (%%bash, %%html...), as a grading run must.
 PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug"}
@@ -75,9 +77,9 @@ def load_submission(path: Path, max_bytes: int) -> Submission:
     suffix = path.suffix.lower()
     if suffix == ".ipynb":
         cells, notes = _notebook_cells(data)
-        return Submission(path, "notebook", cells, digest, notes)
+        return Submission(path, "notebook", strip_check_calls(cells), digest, notes)
     if suffix == ".py":
-        return Submission(path, "python", _python_cells(_decode(data)), digest)
+        return Submission(path, "python", strip_check_calls(_python_cells(_decode(data))), digest)
     raise SubmissionError(
         "unsupported_type",
         f"不支持的文件类型 {suffix or '(无后缀)'}：请提交 .ipynb 或 .py",

@@ -11,24 +11,34 @@ from tests.conftest import SOLUTION_NB, STUDENT_NB
 pytestmark = pytest.mark.slow
 
 
-def _run(path) -> str:
+def _run(path) -> tuple[str, str]:
+    """Run a notebook as a student would; (what it printed, the scorecard its last cell showed)."""
     nb = nbformat.read(path, as_version=4)
-    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
     texts = []
     for cell in nb.cells:
         for output in cell.get("outputs", []):
             texts.append(output.get("text", ""))
             assert output.get("output_type") != "error", output
-    return "".join(texts)
+    last = nb.cells[-1]
+    assert last.source.strip().endswith("grader.check()")  # the notebook ends by asking the grader
+    [card] = [o["data"] for o in last.outputs if o.get("output_type") == "display_data"]
+    assert card["text/html"].startswith('<div class="pa-card"')
+    return "".join(texts), card["text/plain"]
 
 
-def test_solution_notebook_passes_its_self_checks() -> None:
-    printed = _run(SOLUTION_NB)
+def test_solution_notebook_passes_its_self_checks_and_the_grader() -> None:
+    printed, card = _run(SOLUTION_NB)
     assert printed.count("✅") == 6
     assert "❌" not in printed and "⏳" not in printed
+    assert card.startswith("得分：100 / 100")  # grader.check(), unchanged, gives full marks
 
 
 def test_student_notebook_reports_every_todo_not_implemented() -> None:
-    printed = _run(STUDENT_NB)
-    assert printed.count("⏳") == 6  # five TODOs, and the release check that needs prefill
+    printed, card = _run(STUDENT_NB)
+    assert printed.count("⏳") == 6  # five TODOs, and the given release waiting for prefill
     assert "❌" not in printed and "✅" not in printed
+    # The given code is named as given, never as "not implemented".
+    assert "⏳ given release / 已给出的释放复用: 给定代码，等待 TODO 2 完成 / given code, waits for TODO 2" in printed
+    assert printed.count("未实现 / not implemented") == 5
+    assert card.startswith("得分：0 / 100") and "TODO 1 还没有实现" in card

@@ -103,7 +103,7 @@ def test_markdown_scorecard_renders_without_html_injection() -> None:
     assert len(blocks) == sum(1 for i in result.items if i.status == FAILED)
     assert all("x = '```'" in block for block in blocks)
     assert "<table>" in rendered and rendered.count("<tr>") == 1 + 5  # header + one row per TODO
-    assert "Items not run" in text and "todo5\\.cuda" in text
+    assert "Items not run" in text and "` todo5.cuda `" in text
     assert "Cells that raised" in rendered or "cells that raised" in rendered
     assert "**Total: " in text
 
@@ -157,7 +157,8 @@ def test_grade_in_github_actions_writes_summary_points_and_annotations(tmp_path:
     assert any("::error title=fake::pwned" in line for line in lines[start:end])
     assert not any(line.startswith("::error title=fake") for line in lines)
     assert all(line.startswith(("::notice title=Points::", "::error file=", "::warning file=")) for line in outside if line)
-    assert any("%0A::error title=fake::pwned" in line for line in outside if line.startswith("::warning "))
+    # Sanitised once, before any report: the message's newlines are folded ("⏎"), never a line of their own.
+    assert any("boom ⏎ ::error title=fake::pwned ⏎ ::add-mask::x" in line for line in outside if line.startswith("::warning "))
     assert "::notice title=Points::Points 0/100" in outside
     assert any(line.startswith("::error file=nb.py,title=todo1.") for line in outside)
     assert "Scorecard" in summary.read_text(encoding="utf-8")

@@ -1,9 +1,15 @@
-"""Gradescope's results.json, with a few extensions (max_score, counterexample, tags per TODO)."""
+"""Gradescope's results.json, with a few extensions (max_score, counterexample, tags per TODO).
+
+Under about 1 MiB whatever the submission did (grader/report/budget.py); `extra_data.grade_result`
+is the whole sanitised GradeResult, which `grader import` and `grade-batch` read back.
+"""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from grader.report.budget import fit
 from grader.report.labels import status_word, word
 from grader.report.text import render as render_text
 from grader.results import NOT_RUN, PASSED, GradeResult, ItemResult
@@ -15,14 +21,24 @@ def item_output(item: ItemResult, lang: str) -> str:
     parts = [item.failure.message.get(lang)]
     if item.failure.expected or item.failure.actual:
         parts.append(f"{word('expected', lang)}: {item.failure.expected}\n{word('actual', lang)}: {item.failure.actual}")
-    if item.failure.repro:
-        parts.append(f"{word('repro', lang)}:\n{item.failure.repro}")
+    repro = item.failure.repro_for(lang)
+    if repro:
+        parts.append(f"{word('repro', lang)}:\n{repro}")
     if item.failure.traceback:
         parts.append(f"{word('traceback', lang)}:\n{item.failure.traceback}")
     return "\n\n".join(parts)
 
 
+def to_json(payload: dict[str, Any]) -> str:
+    """The file's text, exactly as `grade --json` and `grade-batch` write it."""
+    return json.dumps(payload, ensure_ascii=False, indent=2) + "\n"
+
+
 def to_results_json(result: GradeResult, lang: str) -> dict[str, Any]:
+    return fit(lambda clean: _payload(clean, lang), lambda payload: len(to_json(payload).encode("utf-8")), result)
+
+
+def _payload(result: GradeResult, lang: str) -> dict[str, Any]:
     tests = []
     for number, item in enumerate(result.items, start=1):
         test: dict[str, Any] = {
@@ -37,8 +53,8 @@ def to_results_json(result: GradeResult, lang: str) -> dict[str, Any]:
         }
         if item.status == NOT_RUN:
             test["status"] = "passed"  # nothing failed; Gradescope has no third status
-        if item.failure is not None and item.failure.repro:
-            test["counterexample"] = item.failure.repro
+        if item.failure is not None and item.failure.repro_for(lang):
+            test["counterexample"] = item.failure.repro_for(lang)
         tests.append(test)
     return {
         "score": result.score,
@@ -52,6 +68,7 @@ def to_results_json(result: GradeResult, lang: str) -> dict[str, Any]:
             "submission_sha256": result.sha256,
             "config_digest": result.config_digest,
             "device": result.device,
+            "isolation": result.isolation,
             "grade_result": result.to_dict(),
         },
     }

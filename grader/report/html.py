@@ -1,7 +1,10 @@
-"""The student's scorecard as one self-contained HTML page (no CDN, no script, opens offline).
+"""The student's scorecard as HTML: a self-contained page (no CDN, no script, opens offline),
+and the same card as a fragment that `grader.check()` shows inline in a notebook.
 
 Every string is passed through esc(); on top of that the page's Content-Security-Policy
 allows no script at all, so even a missed escape could not run student code in a browser.
+The card's styles are all scoped under .pa-card, so shown inside a notebook they restyle
+nothing of the notebook's own.
 """
 
 from __future__ import annotations
@@ -11,10 +14,14 @@ import hashlib
 from html import escape
 from pathlib import PurePath
 
-from grader.report.labels import status_word, todo_name
-from grader.report.markdown import FIELD_LIMIT, clip, say
-from grader.results import FAILED, NOT_RUN, GradeResult, ItemResult
+from grader.report import cells as cell_info
+from grader.report.budget import fit, utf8_size
+from grader.report.labels import colon, failed_heading, seconds, status_word, todo_name
+from grader.report.markdown import say
+from grader.report.pictures import picture_svg
+from grader.results import FAILED, NOT_RUN, Failure, GradeResult, ItemResult
 
+# The page around a card, and the dashboard (grader/report/dashboard.py) use these.
 STYLE = """
 body{font:15px/1.5 system-ui,-apple-system,"Segoe UI","Noto Sans CJK SC","PingFang SC",sans-serif;margin:0;background:#f6f7f9;color:#1d2430}
 main{max-width:980px;margin:0 auto;padding:24px}
@@ -24,11 +31,38 @@ table{border-collapse:collapse;width:100%;background:#fff}th,td{padding:6px 8px;
 .bar{background:#e4e7eb;border-radius:4px;height:12px;min-width:120px;overflow:hidden}.bar>span{display:block;height:100%;background:#2f9e5b}
 .bar.low>span{background:#d9534f}.bar.mid>span{background:#e0a030}
 .item{background:#fff;border:1px solid #e4e7eb;border-left:4px solid #d9534f;border-radius:6px;padding:10px 14px;margin:12px 0}
-.item.item-not_run{border-left-color:#9aa4b1}
 pre{background:#0f1720;color:#e6edf3;padding:10px;border-radius:6px;overflow:auto;white-space:pre-wrap;word-break:break-word}
 code{background:#eef0f3;padding:0 4px;border-radius:3px;word-break:break-word}
 .flag{background:#fff4e5;border:1px solid #f0c36d;padding:8px 12px;border-radius:6px;margin:8px 0}
 .passed{color:#2f9e5b}.failed{color:#d9534f}.not_run{color:#7b8694}
+"""
+
+# The card itself: every selector under .pa-card (safe inside a notebook's page).
+CARD_STYLE = """
+.pa-card{font:15px/1.5 system-ui,-apple-system,"Segoe UI","Noto Sans CJK SC","PingFang SC",sans-serif;color:#1d2430;max-width:980px;
+ background:#f6f7f9;padding:12px 16px;border-radius:8px;text-align:left}
+.pa-card .pa-nowrap{white-space:nowrap}
+.pa-card h1{font-size:1.5em;margin:.2em 0}.pa-card h2{font-size:1.2em;margin-top:1.4em;border-bottom:1px solid #d9dde3;padding-bottom:.2em}
+.pa-card .total{font-size:2.4em;font-weight:700}.pa-card .muted{color:#5f6b7a;font-size:.9em}
+.pa-card table{border-collapse:collapse;width:100%;background:#fff}
+.pa-card th,.pa-card td{padding:6px 8px;border-bottom:1px solid #e4e7eb;text-align:left;vertical-align:top}
+.pa-card .scroll{overflow-x:auto}
+.pa-card .bar{background:#e4e7eb;border-radius:4px;height:12px;min-width:120px;overflow:hidden}
+.pa-card .bar>span{display:block;height:100%;background:#2f9e5b}.pa-card .bar.low>span{background:#d9534f}.pa-card .bar.mid>span{background:#e0a030}
+.pa-card .item{background:#fff;border:1px solid #e4e7eb;border-left:4px solid #d9534f;border-radius:6px;padding:10px 14px;margin:12px 0}
+.pa-card .item.item-not_run{border-left-color:#9aa4b1}.pa-card .item.given{border-left-color:#e0a030}
+.pa-card .errors-first{border:2px solid #d9534f;border-radius:6px;padding:6px 14px;background:#fdecea;margin:12px 0}
+.pa-card .errors-first h2{margin-top:.4em;border:0;color:#8a1f1b}
+.pa-card pre{background:#0f1720;color:#e6edf3;padding:10px;border-radius:6px;overflow:auto;white-space:pre-wrap;word-break:break-word;text-align:left}
+.pa-card code{background:#eef0f3;padding:0 4px;border-radius:3px;overflow-wrap:anywhere}
+.pa-card code.pa-id{white-space:nowrap;overflow-wrap:normal;word-break:keep-all}
+.pa-card td.pa-idcol{white-space:nowrap}
+.pa-card .flag{background:#fff4e5;border:1px solid #f0c36d;padding:8px 12px;border-radius:6px;margin:8px 0}
+.pa-card .passed{color:#2f9e5b}.pa-card .failed{color:#d9534f}.pa-card .not_run{color:#7b8694}
+.pa-card .pa-picture{display:block;max-width:100%;height:auto;background:#fff;border:1px solid #e4e7eb;border-radius:6px;margin:8px 0}
+.pa-card .pa-picture text{font:12px system-ui,sans-serif;fill:#1d2430}.pa-card .pa-picture .pa-small{font-size:11px;fill:#5f6b7a}
+.pa-card .pa-picture .pa-label{font-weight:600}.pa-card .pa-picture .pa-step{font-family:ui-monospace,monospace}
+.pa-card .pa-picture .pa-num{font-size:11px;fill:#fff;font-weight:600}.pa-card .pa-picture .pa-lost{fill:#d9534f;font-size:14px}.pa-card .pa-picture .pa-mark{font-size:12px;fill:#fff}
 """
 
 
@@ -63,42 +97,80 @@ def bar(got: float, possible: float) -> str:
     return f'<div class="bar {level}" role="img" aria-label="{share:.0%}"><span style="width:{100 * share:.1f}%"></span></div>'
 
 
+def item_id(value: str) -> str:
+    # One unbreakable unit: "todo1.per_token" never wraps as "todo1.per_toke|n".
+    return f'<code class="pa-id">{esc(value)}</code>'
+
+
+def _failure_body(failure: Failure, lang: str) -> list[str]:
+    parts = [f"<p>{esc(failure.message.get(lang))}</p>"]
+    if failure.expected or failure.actual:
+        parts.append(
+            f"<p>{esc(say('expected', lang))}{colon(lang)}<code>{esc(failure.expected)}</code><br>"
+            f"{esc(say('actual', lang))}{colon(lang)}<code>{esc(failure.actual)}</code></p>"
+        )
+    repro = failure.repro_for(lang)
+    if repro:
+        parts.append(f'<p>{esc(say("repro", lang))}{colon(lang).rstrip()}</p><pre class="repro">{esc(repro)}</pre>')
+    if failure.picture:
+        parts.append(picture_svg(failure.picture, lang))
+    if failure.traceback:
+        parts.append(f"<details><summary>{esc(say('traceback', lang))}</summary><pre>{esc(failure.traceback)}</pre></details>")
+    return parts
+
+
 def _item_card(item: ItemResult, lang: str) -> str:
-    failure = item.failure
     parts = [
         f'<div class="item item-{esc(item.status)}" id="{esc(item.id)}">',
-        f'<b class="{esc(item.status)}">{"✗" if item.status == FAILED else "–"} {esc(item.id)}</b> '
+        f'<b class="{esc(item.status)}">{"✗" if item.status == FAILED else "–"} {item_id(item.id)}</b> '
         f"({item.score:g}/{item.weight:g}) {esc(item.title.get(lang))}",
     ]
-    if failure is not None:
-        parts.append(f"<p>{esc(failure.message.get(lang))}</p>")
-        if failure.expected or failure.actual:
-            parts.append(
-                f"<p>{esc(say('expected', lang))}: <code>{esc(failure.expected)}</code><br>"
-                f"{esc(say('actual', lang))}: <code>{esc(failure.actual)}</code></p>"
-            )
-        if failure.repro:
-            parts.append(f"<p>{esc(say('repro', lang))}:</p><pre>{esc(clip(failure.repro, FIELD_LIMIT, lang))}</pre>")
-        if failure.traceback:
-            parts.append(f"<details><summary>{esc(say('traceback', lang))}</summary><pre>{esc(clip(failure.traceback, FIELD_LIMIT, lang))}</pre></details>")
+    if item.failure is not None:
+        parts += _failure_body(item.failure, lang)
     parts.append("</div>")
     return "".join(parts)
 
 
-def render(result: GradeResult, lang: str) -> str:
+def _errors_first(result: GradeResult, lang: str, numbering: str) -> str:
+    broken = cell_info.raised(result)
+    if not broken:
+        return ""
+    out = [f'<section class="errors-first" id="errors-first"><h2>⚠ {esc(say("fix_first", lang))}</h2>']
+    for cell in broken:
+        out.append(
+            f'<div class="cell" id="cell-{cell.index}"><b>{esc(cell_info.where(cell, lang, numbering))}</b>{colon(lang)}'
+            f"<code>{esc(cell.error_type or cell.status)}</code> {esc(cell.message)}"
+        )
+        if cell.traceback:
+            out.append(f"<pre>{esc(cell.traceback)}</pre>")
+        out.append("</div>")
+    out.append("</section>")
+    return "".join(out)
+
+
+def _footer(result: GradeResult, lang: str) -> str:
+    parts = [f"{esc(say('config', lang))} {esc(result.config_digest)}", f"{esc(say('device', lang))} {esc(result.device)}"]
+    parts.append(f"{esc(say('seconds', lang))} {esc(seconds(result.seconds, lang))}")
+    if result.sha256:
+        parts.append(f"sha256 {esc(result.sha256[:12])}")
+    summary = (result.isolation or {}).get("summary")
+    if isinstance(summary, dict) and summary.get(lang):
+        parts.append(f"{esc(say('isolation', lang))}{colon(lang)}{esc(summary[lang])}")
+    return f'<p class="muted" id="footer">{" · ".join(parts)}</p>'
+
+
+def _card(result: GradeResult, lang: str, numbering: str) -> str:
     name = PurePath(result.submission).name
-    body = [f"<h1>{esc(say('scorecard', lang))}: {esc(name)}</h1>"]
-    body.append(f'<div class="total" id="total">{result.score:g} / {result.max_score:g}</div>')
+    body = [f'<h1>{esc(say("scorecard", lang) + colon(lang) + name)}</h1>', f'<div class="total" id="total">{result.score:g} / {result.max_score:g}</div>']
     not_run = [item for item in result.items if item.status == NOT_RUN]
     if not_run and result.error is None:
         body.append(f'<p class="muted">{esc(say("scaled", lang))}</p>')
     if result.error is not None:
-        body.append(f'<p class="flag"><b>{esc(say("unreadable", lang))}</b>: {esc(result.error.message.get(lang))}</p>')
-        return page(f"{say('scorecard', lang)}: {name}", "".join(body) + _footer(result, lang), lang)
-    for flag in result.flags:
-        body.append(f'<p class="flag">⚠️ <b>{esc(say("flags", lang))}</b>: {esc(flag.get(lang))}</p>')
-    for note in result.notes:
-        body.append(f'<p class="muted">{esc(note.get(lang))}</p>')
+        body.append(f'<p class="flag"><b>{esc(say("unreadable", lang))}</b>{colon(lang)}{esc(result.error.message.get(lang))}</p>')
+        return "".join(body) + _footer(result, lang)
+    body.append(_errors_first(result, lang, numbering))
+    body += [f'<p class="flag">⚠️ <b>{esc(say("flags", lang))}</b>{colon(lang)}{esc(flag.get(lang))}</p>' for flag in result.flags]
+    body += [f'<p class="muted">{esc(note.get(lang))}</p>' for note in result.notes]
     rows = "".join(
         f"<tr><td>{esc(todo_name(todo, lang))}</td><td>{got:g} / {possible:g}</td><td>{bar(got, possible)}</td></tr>"
         for todo, (got, possible) in result.todo_scores().items()
@@ -106,39 +178,43 @@ def render(result: GradeResult, lang: str) -> str:
     body.append(f'<table id="todos"><tr><th>{esc(say("todo", lang))}</th><th>{esc(say("points", lang))}</th><th></th></tr>{rows}</table>')
     failed = [item for item in result.items if item.status == FAILED]
     if failed:
-        body.append(f'<h2>{esc(say("failed_items", lang))} ({len(failed)})</h2>')
+        body.append(f'<h2>{esc(failed_heading(len(failed), lang))}</h2>')
         body += [_item_card(item, lang) for item in failed]
     else:
         body.append(f'<p class="passed">✓ {esc(say("all_passed", lang))}</p>')
+    if result.given_code:
+        body.append(f'<h2>{esc(say("given", lang))}</h2>')
+        body += ['<div class="item given">' + "".join(_failure_body(f, lang)) + "</div>" for f in result.given_code]
     if not_run:
         body.append(f'<h2>{esc(say("not_run_items", lang))}</h2>')
         body += [_item_card(item, lang) for item in not_run]
-    body.append(f'<h2>{esc(say("items", lang))}</h2><table id="items">')
+    body.append(f'<h2>{esc(say("items", lang))}</h2><div class="scroll"><table id="items">')
     for item in result.items:
         body.append(
-            f'<tr><td><code>{esc(item.id)}</code></td><td class="{esc(item.status)}">{esc(status_word(item.status, lang))}</td>'
+            f'<tr><td class="pa-idcol">{item_id(item.id)}</td><td class="{esc(item.status)} pa-nowrap">{esc(status_word(item.status, lang))}</td>'
             f"<td>{item.score:g}/{item.weight:g}</td><td>{esc(item.title.get(lang))}</td></tr>"
         )
-    body.append("</table>")
-    broken = [cell for cell in result.cells if cell.status not in ("ok", "not_run")]
-    if broken:
-        body.append(f'<h2>{esc(say("cells", lang))}</h2>')
-        for cell in broken:
-            body.append(
-                f'<div class="item" id="cell-{cell.index}"><b>{esc(say("cell", lang))} {cell.index}</b>: '
-                f"<code>{esc(cell.error_type or cell.status)}</code> {esc(cell.message)}"
-            )
-            if cell.traceback:
-                body.append(f"<pre>{esc(clip(cell.traceback, FIELD_LIMIT, lang))}</pre>")
-            body.append("</div>")
+    body.append("</table></div>")
     if result.output_excerpt:
-        body.append(f'<details><summary>{esc(say("output", lang))}</summary><pre>{esc(clip(result.output_excerpt, FIELD_LIMIT, lang))}</pre></details>')
-    return page(f"{say('scorecard', lang)}: {name}", "".join(body) + _footer(result, lang), lang)
+        body.append(f'<details><summary>{esc(say("output", lang))}</summary><pre>{esc(result.output_excerpt)}</pre></details>')
+    return "".join(body) + _footer(result, lang)
 
 
-def _footer(result: GradeResult, lang: str) -> str:
-    return (
-        f'<p class="muted">{esc(say("config", lang))} {esc(result.config_digest)} · {esc(say("device", lang))} {esc(result.device)}'
-        f" · {esc(say('seconds', lang))} {result.seconds:.1f} s" + (f" · sha256 {esc(result.sha256[:12])}" if result.sha256 else "") + "</p>"
-    )
+def fragment(result: GradeResult, lang: str, numbering: str = "order") -> str:
+    """The card alone, styles included and scoped: what a notebook shows inline."""
 
+    def draw(clean: GradeResult) -> str:
+        lang_attr = "zh-CN" if lang == "zh" else "en"
+        return f'<div class="pa-card" lang="{lang_attr}"><style>{CARD_STYLE}</style>{_card(clean, lang, numbering)}</div>'
+
+    return fit(draw, utf8_size, result)
+
+
+def render(result: GradeResult, lang: str) -> str:
+    """The scorecard as a page of its own, under about 1 MiB whatever the submission did."""
+
+    def draw(clean: GradeResult) -> str:
+        title = f"{say('scorecard', lang)}{colon(lang)}{PurePath(clean.submission).name}"
+        return page(title, f'<div class="pa-card">{_card(clean, lang, "order")}</div>', lang, CARD_STYLE)
+
+    return fit(draw, utf8_size, result)

@@ -30,6 +30,9 @@ WORDS = {
     "notes": ("说明", "Notes"),
     "unreadable": ("无法评分", "Could not grade"),
     "output": ("笔记本的输出（节选）", "what the notebook printed (excerpt)"),
+    "fix_first": ("先修好这些：运行出错的代码单元", "Fix these first: cells that raised"),
+    "given": ("给定代码（不属于任何 TODO）", "Given code (not part of a TODO)"),
+    "isolation": ("隔离", "Isolation"),
 }
 
 
@@ -46,3 +49,40 @@ def status_word(status: str, lang: str) -> str:
 def word(key: str, lang: str) -> str:
     zh, en = WORDS[key]
     return zh if lang == "zh" else en
+
+
+# Counted nouns: Chinese takes a measure word and no plural; English "1 block", "2 blocks".
+UNITS = {
+    "block": ("个块", "block", "blocks"),
+    "free_block": ("个空闲块", "free block", "free blocks"),
+    "item": ("个评分项", "item", "items"),
+    "cell": ("个代码单元", "cell", "cells"),
+    "line": ("行", "line", "lines"),
+    "case": ("个用例", "case", "cases"),
+    "failure": ("项未通过", "failure", "failures"),
+}
+
+
+def plural(count: int, unit: str, lang: str) -> str:
+    zh, one, many = UNITS[unit]
+    if lang == "zh":
+        return f"{count} {zh}"
+    return f"{count} {one if count == 1 else many}"
+
+
+def seconds(value: float, lang: str) -> str:
+    return f"{value:.1f} 秒" if lang == "zh" else f"{value:.1f} s"
+
+
+def colon(lang: str) -> str:
+    return "：" if lang == "zh" else ": "
+
+
+def paren(text: str, lang: str) -> str:
+    return f"（{text}）" if lang == "zh" else f" ({text})"
+
+
+def failed_heading(count: int, lang: str) -> str:
+    if lang == "zh":
+        return f"未通过的评分项（{count} 项）"
+    return f"{count} failed item{'' if count == 1 else 's'}"

@@ -10,8 +10,10 @@ from __future__ import annotations
 import re
 from pathlib import PurePath
 
-from grader.report.labels import status_word, todo_name, word
-from grader.results import FAILED, NOT_RUN, GradeResult, ItemResult
+from grader.report import cells
+from grader.report.budget import fit, utf8_size
+from grader.report.labels import colon, failed_heading, seconds, status_word, todo_name, word
+from grader.results import FAILED, NOT_RUN, Failure, GradeResult, ItemResult
 
 # Words the scorecards need beyond labels.WORDS (shared with html.py and dashboard.py).
 WORDS = {
@@ -32,7 +34,6 @@ WORDS = {
     "more": ("还有 {n} 项未列出", "{n} more not listed"),
 }
 
-FIELD_LIMIT = 6000  # characters of one repro/traceback/output shown; the JSON keeps everything
 SUMMARY_LIMIT = 900_000  # stay under GitHub's 1 MiB step-summary cap with room for other steps
 
 
@@ -82,36 +83,57 @@ def details(summary: str, body: str) -> str:
     return f"<details><summary>{summary}</summary>\n\n{body}\n\n</details>"
 
 
-def _failure_block(item: ItemResult, lang: str) -> list[str]:
-    failure = item.failure
-    head = f"#### ✗ {inline(item.id)} ({item.score:g}/{item.weight:g}): {inline(item.title.get(lang))}"
-    out = [head, ""]
-    if failure is None:
-        return out
-    out.append(inline(failure.message.get(lang)))
+def _failure_body(failure: Failure, lang: str) -> list[str]:
+    out = [inline(failure.message.get(lang))]
     if failure.expected or failure.actual:
-        out += ["", f"- {say('expected', lang)}: {code_span(failure.expected)}", f"- {say('actual', lang)}: {code_span(failure.actual)}"]
-    if failure.repro:
-        out += ["", f"{say('repro', lang)}:", "", fence(clip(failure.repro, FIELD_LIMIT, lang), "python")]
+        out += ["", f"- {say('expected', lang)}{colon(lang)}{code_span(failure.expected)}", f"- {say('actual', lang)}{colon(lang)}{code_span(failure.actual)}"]
+    repro = failure.repro_for(lang)
+    if repro:
+        out += ["", f"{say('repro', lang)}{colon(lang).rstrip()}", "", fence(repro, "python")]
     if failure.traceback:
-        out += ["", details(say("traceback", lang), fence(clip(failure.traceback, FIELD_LIMIT, lang)))]
+        out += ["", details(say("traceback", lang), fence(failure.traceback))]
     out.append("")
     return out
 
 
+def _failure_block(item: ItemResult, lang: str) -> list[str]:
+    head = f"#### ✗ {code_span(item.id)} ({item.score:g}/{item.weight:g}): {inline(item.title.get(lang))}"
+    if item.failure is None:
+        return [head, ""]
+    return [head, "", *_failure_body(item.failure, lang)]
+
+
+def _errors_first(result: GradeResult, lang: str) -> list[str]:
+    broken = cells.raised(result)
+    if not broken:
+        return []
+    lines = [f"### ⚠ {say('fix_first', lang)}", ""]
+    for cell in broken:
+        lines.append(f"- **{inline(cells.where(cell, lang))}**{colon(lang)}{code_span(cell.error_type or cell.status)} {inline(cell.message)}")
+        if cell.traceback:
+            lines += ["", "  " + details(say("traceback", lang), fence(cell.traceback)).replace("\n", "\n  "), ""]
+    return lines + [""]
+
+
 def render(result: GradeResult, lang: str) -> str:
+    """The scorecard as Markdown, under SUMMARY_LIMIT bytes whatever the submission did."""
+    return fit(lambda clean: _render(clean, lang), utf8_size, result, SUMMARY_LIMIT)
+
+
+def _render(result: GradeResult, lang: str) -> str:
     name = PurePath(result.submission).name
-    lines = [f"## {say('scorecard', lang)}: {inline(name)}", ""]
-    lines.append(f"**{say('total', lang)}: {result.score:g} / {result.max_score:g}**")
+    lines = [f"## {say('scorecard', lang)}{colon(lang)}{inline(name)}", ""]
+    lines.append(f"**{say('total', lang)}{colon(lang)}{result.score:g} / {result.max_score:g}**")
     not_run = [item for item in result.items if item.status == NOT_RUN]
     if not_run and result.error is None:
         lines[-1] += f" ({say('scaled', lang)})"
     lines.append("")
     if result.error is not None:
-        lines += [f"**{say('unreadable', lang)}**: {inline(result.error.message.get(lang))}", ""]
+        lines += [f"**{say('unreadable', lang)}**{colon(lang)}{inline(result.error.message.get(lang))}", ""]
         return _finish(lines, result, lang)
+    lines += _errors_first(result, lang)
     for flag in result.flags:
-        lines.append(f"> ⚠️ **{say('flags', lang)}**: {inline(flag.get(lang))}")
+        lines.append(f"> ⚠️ **{say('flags', lang)}**{colon(lang)}{inline(flag.get(lang))}")
     for note in result.notes:
         lines.append(f"> {inline(note.get(lang))}")
     if result.flags or result.notes:
@@ -122,36 +144,33 @@ def render(result: GradeResult, lang: str) -> str:
     lines.append("")
     failed = [item for item in result.items if item.status == FAILED]
     if failed:
-        lines += [f"### {say('failed_items', lang)} ({len(failed)})", ""]
+        lines += [f"### {failed_heading(len(failed), lang)}", ""]
         for item in failed:
             lines += _failure_block(item, lang)
     else:
         lines += [f"✓ {say('all_passed', lang)}", ""]
+    if result.given_code:
+        lines += [f"### {say('given', lang)}", ""]
+        for finding in result.given_code:
+            lines += _failure_body(finding, lang)
     if not_run:
         lines += [f"### {say('not_run_items', lang)}", ""]
         for item in not_run:
             reason = item.failure.message.get(lang) if item.failure else status_word(NOT_RUN, lang)
-            lines.append(f"- {inline(item.id)}: {inline(item.title.get(lang))} — {inline(reason)}")
-        lines.append("")
-    broken = [cell for cell in result.cells if cell.status not in ("ok", "not_run")]
-    if broken:
-        lines += [f"### {say('cells', lang)}", ""]
-        for cell in broken:
-            lines.append(f"- {say('cell', lang)} {cell.index}: {code_span(cell.error_type or cell.status)} {inline(cell.message[:500])}")
-            if cell.traceback:
-                lines += ["", details(say("traceback", lang), fence(clip(cell.traceback, FIELD_LIMIT, lang))), ""]
+            lines.append(f"- {code_span(item.id)}{colon(lang)}{inline(item.title.get(lang))} — {inline(reason)}")
         lines.append("")
     if result.output_excerpt:
-        lines += [details(say("output", lang), fence(clip(result.output_excerpt, FIELD_LIMIT, lang))), ""]
+        lines += [details(say("output", lang), fence(result.output_excerpt)), ""]
     return _finish(lines, result, lang)
 
 
 def _finish(lines: list[str], result: GradeResult, lang: str) -> str:
-    lines.append(
-        f"<sub>{say('config', lang)} {inline(result.config_digest)} · {say('device', lang)} {inline(result.device)}"
-        f" · {say('seconds', lang)} {result.seconds:.1f} s" + (f" · sha256 {inline(result.sha256[:12])}" if result.sha256 else "") + "</sub>"
-    )
-    text = "\n".join(lines) + "\n"
-    if len(text.encode("utf-8")) > SUMMARY_LIMIT:
-        text = text.encode("utf-8")[:SUMMARY_LIMIT].decode("utf-8", "ignore") + "\n\n… " + say("truncated", lang) + "\n"
-    return text
+    footer = [f"{say('config', lang)} {inline(result.config_digest)}", f"{say('device', lang)} {inline(result.device)}"]
+    footer.append(f"{say('seconds', lang)} {seconds(result.seconds, lang)}")
+    if result.sha256:
+        footer.append(f"sha256 {inline(result.sha256[:12])}")
+    summary = (result.isolation or {}).get("summary")
+    if isinstance(summary, dict) and summary.get(lang):
+        footer.append(f"{say('isolation', lang)}{colon(lang)}{inline(str(summary[lang]))}")
+    lines.append("<sub>" + " · ".join(footer) + "</sub>")
+    return "\n".join(lines) + "\n"

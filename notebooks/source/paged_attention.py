@@ -286,12 +286,14 @@ def paged_attention(
 # ## 自检 / Self-checks
 #
 # 下面的单元运行几组小场景：账本、prefill、跨块 decode、OOM 回滚、释放复用、非连续块表恢复和注意力。
-# 未完成的 TODO 会显示为“未实现”，而不是让整个笔记本报错。自检通过不等于满分：评分器会用随机生成的
-# 大量场景检查同样的性质。
+# 未完成的 TODO 会显示为“未实现”，而不是让整个笔记本报错；已经给出的代码（释放复用）如果用到了还没完成的
+# TODO，会显示为“等待该 TODO”。自检通过不等于满分：评分器会用随机生成的大量场景检查同样的性质，
+# 想知道评分器怎么看，请运行最后一个单元的 `grader.check()`。
 #
-# The cell below runs a few small scenarios. An unfinished TODO is reported as "not implemented";
-# passing these checks does not guarantee full marks, because the grader tests the same properties on
-# many generated cases.
+# The cell below runs a few small scenarios. An unfinished TODO is reported as "not implemented"; the
+# given code (release and reuse) says which TODO it waits for. Passing these checks does not guarantee
+# full marks, because the grader tests the same properties on many generated cases: the last cell,
+# `grader.check()`, shows what the grader says.
 
 # %% selfcheck
 def _self_check_ledger():
@@ -388,20 +390,24 @@ def _self_check_attention():
 
 
 def run_self_checks():
+    # (name, check, the TODO it waits for): a check of given code never says "not implemented".
     checks = [
-        ("TODO 1 ledger / 容量账本", _self_check_ledger),
-        ("TODO 2 prefill / 预填充分配", _self_check_prefill),
-        ("TODO 3 decode / 解码扩容", _self_check_decode),
-        ("given release / 释放复用", _self_check_release),
-        ("TODO 4 reconstruction / 逻辑恢复", _self_check_reconstruction),
-        ("TODO 5 attention / 分页注意力", _self_check_attention),
+        ("TODO 1 ledger / 容量账本", _self_check_ledger, None),
+        ("TODO 2 prefill / 预填充分配", _self_check_prefill, None),
+        ("TODO 3 decode / 解码扩容", _self_check_decode, None),
+        ("given release / 已给出的释放复用", _self_check_release, "TODO 2"),
+        ("TODO 4 reconstruction / 逻辑恢复", _self_check_reconstruction, None),
+        ("TODO 5 attention / 分页注意力", _self_check_attention, None),
     ]
     failed = []
-    for name, check in checks:
+    for name, check, needs in checks:
         try:
             check()
         except NotImplementedError:
-            print(f"⏳ {name}: 未实现 / not implemented")
+            if needs:
+                print(f"⏳ {name}: 给定代码，等待 {needs} 完成 / given code, waits for {needs}")
+            else:
+                print(f"⏳ {name}: 未实现 / not implemented")
         except Exception as error:  # report every check, then fail once at the end
             failed.append(name)
             print(f"❌ {name}: {type(error).__name__}: {error}")
@@ -412,3 +418,31 @@ def run_self_checks():
 
 
 run_self_checks()
+
+# %% [markdown]
+# ## 用评分器检查 / Check with the grader
+#
+# `grader.check()` 评的是内核到目前为止运行过的代码单元（按运行顺序），用的是与正式评分相同的沙箱和检查，
+# 并在下面显示评分报告：每个未通过的评分项都有说明和可以粘贴运行的最小复现。`grader.check("todo3")`
+# 只检查 TODO 3（几秒钟）；`grader.check(lang="en")` 用英文。它也返回结果：`.score`（百分制）和 `.items`。
+# 这只是反馈，正式成绩以提交后的评分为准；评分时这个单元不会运行。
+#
+# 在 Colab 等托管环境中，先在一个新单元里安装评分器（链接由课程提供），再运行下面的单元：
+#
+#     %pip install <课程提供的 paged_attention_grader-*.whl 链接>
+#
+# `grader.check()` grades the cells this kernel has run so far, in the order they ran, in the same
+# sandbox and with the same checks as the real grading, and shows the scorecard below: every failed item
+# with its explanation and a reproduction you can paste and run. `grader.check("todo3")` checks TODO 3
+# only (a few seconds); `grader.check(lang="en")` answers in English. It returns the result too: `.score`
+# (out of 100) and `.items`. This is feedback: your grade comes from grading your submission, which never
+# runs this cell.
+#
+# In Colab or another hosted notebook, install the grader first, in a new cell (your course gives the link):
+#
+#     %pip install <link to paged_attention_grader-*.whl from your course>
+
+# %% selfcheck
+import grader
+
+grader.check()

@@ -1,0 +1,132 @@
+"""`grader.check()` lines in a notebook are feedback, never part of what is graded.
+
+The student notebook ends with `import grader` / `grader.check()`. Graded as written, that
+cell would import the grader (an integrity flag, and no credit) and would grade the notebook
+inside its own grading. So, before anything runs, these top-level statements are replaced by
+`pass` (line numbers kept):
+
+* `import grader`, `import grader as g`, `from grader import check [as c]` (and `grader` out of
+  `import grader, time`), also inside a
+  `try`/`if`/`def` (the whole statement goes: `try: import grader ... else: grader.check()`);
+* any statement that calls `<that name>.check(...)` or `c(...)`;
+* any later statement that uses a name bound by the two above (`r = grader.check(); print(r.score)`).
+
+Nothing else of a cell is touched: a definition in the same cell as a check call is still
+graded. What is replaced never runs, so hiding code there gains nothing; any other import of
+the grader (`import grader.checks`, `from grader.grade import ...`) stays, and is flagged.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from grader.submission import Cell
+
+PLACEHOLDER = "pass  # grader.check(): not run while grading"
+
+
+def _check_names(node: ast.stmt) -> set[str] | None:
+    """The names a statement binds to the grader's entry point (`import grader`, `from grader
+    import check`, also inside a try/if/def), or None: it imports nothing of the grader, or
+    something besides the entry point (that import stays, and is flagged)."""
+    names: set[str] = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Import):
+            ours = [alias for alias in sub.names if alias.name.split(".")[0] == "grader"]
+            if ours and (len(ours) != len(sub.names) or any(alias.name != "grader" for alias in ours)):
+                return None
+            names |= {alias.asname or "grader" for alias in ours}
+        elif isinstance(sub, ast.ImportFrom) and sub.level == 0 and (sub.module or "").split(".")[0] == "grader":
+            if sub.module != "grader" or any(alias.name != "check" for alias in sub.names):
+                return None
+            names |= {alias.asname or "check" for alias in sub.names}
+    return names or None
+
+
+def _without_grader(node: ast.stmt) -> tuple[str, set[str]] | None:
+    """For `import grader, time as t`: (`import time as t`, the names the grader was bound to)."""
+    if not isinstance(node, ast.Import) or len(node.names) < 2:
+        return None
+    ours = [alias for alias in node.names if alias.name == "grader"]
+    if not ours or len(ours) == len(node.names) or any(a.name.startswith("grader.") for a in node.names):
+        return None
+    kept = [alias.name + (f" as {alias.asname}" if alias.asname else "") for alias in node.names if alias not in ours]
+    return "import " + ", ".join(kept), {alias.asname or "grader" for alias in ours}
+
+
+def _loads(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _stores(node: ast.AST) -> set[str]:
+    out = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+    out |= {n.name for n in ast.walk(node) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    return out
+
+
+def _blank(lines: list[str], node: ast.stmt, replacement: str = "pass") -> None:
+    """Replace one top-level statement (by `pass`), keeping every other line where it was."""
+    start, end = node.lineno - 1, (node.end_lineno or node.lineno) - 1
+    col, end_col = node.col_offset, node.end_col_offset or len(lines[end])
+    head, tail = lines[start][:col], lines[end][end_col:]
+    if start == end:
+        lines[start] = head + replacement + tail
+        return
+    lines[start] = head + replacement + (" \\" if tail.strip() and not tail.lstrip().startswith("#") else "")
+    for i in range(start + 1, end):
+        lines[i] = ""
+    lines[end] = tail if tail.strip() and not tail.lstrip().startswith("#") else ""
+
+
+def strip_source(source: str, tainted: set[str]) -> str:
+    """`source` without its check statements; `tainted` (updated) holds the names bound to the
+    grader or to a check's result so far."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return source  # the worker reports the cell; nothing here can run
+    doomed: list[ast.stmt] = []
+    rewrites: dict[int, str] = {}  # id(node) -> what replaces it, when not `pass`
+    for node in tree.body:
+        split = _without_grader(node)
+        if split is not None:  # `import grader, time`: the grader goes, time stays
+            rewrites[id(node)], names = split
+            tainted |= names
+            doomed.append(node)
+            continue
+        names = _check_names(node)
+        if names is not None:
+            tainted |= names | _stores(node)
+        elif _loads(node) & tainted:
+            tainted |= _stores(node)  # r = grader.check(): r is the grader's too
+        else:
+            tainted -= _stores(node)  # rebound to something of the student's own
+            continue
+        doomed.append(node)
+    if not doomed:
+        return source
+    if len(doomed) == len(tree.body) and not rewrites:
+        return PLACEHOLDER
+    lines = source.split("\n")
+    for node in reversed(doomed):  # from the end: earlier columns stay valid on shared lines
+        _blank(lines, node, rewrites.get(id(node), "pass"))
+    stripped = "\n".join(lines)
+    try:
+        ast.parse(stripped)
+    except SyntaxError:  # an odd layout (several statements per line): drop nothing rather than break code
+        return source
+    return stripped
+
+
+def strip_check_calls(cells: Sequence[Cell]) -> list[Cell]:
+    """Every cell, in order, with its grader.check() statements replaced by `pass`."""
+    tainted: set[str] = set()
+    out = []
+    for cell in cells:
+        source = strip_source(cell.source, tainted)
+        out.append(cell if source == cell.source else replace(cell, source=source))
+    return out

@@ -1,0 +1,318 @@
+"""Pictures of a failing state, from `Failure.picture` (schema in grader/results.py).
+
+* "pool": the block pool before and after the failing call. Blocks are coloured by the
+  request that holds them, free blocks are grey, a block held twice (or held and free) is
+  split between its owners, a block neither free nor held is drawn empty with "?", and the
+  block the code mishandled is outlined.
+* "attention": the error per (sequence, query head) as a heatmap against the tolerance.
+
+Drawn as inline SVG for the HTML scorecard and `grader.check()`, and as a few lines of text
+for the terminal. Pictures come from the judge but may also come from an imported file:
+`normalise_picture` checks the schema and bounds the sizes; anything else draws nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from html import escape
+from typing import Any
+
+from grader.report.labels import plural
+
+MAX_BLOCKS = 256  # a larger pool is not drawn (the checks use small pools)
+MAX_OWNERS = 16
+MAX_SEQS, MAX_HEADS = 16, 32  # cells of a heatmap (the checks use a few sequences and heads)
+PALETTE = ("#4a7bd0", "#e0a030", "#2f9e5b", "#9b59b6", "#17a2b8", "#d35400", "#8e6c4a", "#c2185b")
+FREE, LOST, BAD = "#c9ced6", "#ffffff", "#d9534f"
+
+WORDS = {
+    "before": ("调用前", "before"),
+    "after": ("调用后", "after"),
+    "free": ("空闲", "free"),
+    "lost": ("丢失（既不空闲也不属于任何请求）", "lost (neither free nor held)"),
+    "shared": ("重复（同时在两处）", "in two places at once"),
+    "mishandled": ("出错的块", "the block the code mishandled"),
+    "pool": ("块池", "block pool"),
+    "head": ("query 头", "query head"),
+    "seq": ("序列", "sequence"),
+    "tolerance": ("容差", "tolerance"),
+    "within": ("在容差内", "within tolerance"),
+    "beyond": ("超出容差", "beyond tolerance"),
+    "not_finite": ("NaN 或 inf", "NaN or inf"),
+    "worst": ("最大误差", "worst"),
+    "error_of": ("误差", "error"),
+}
+
+
+def w(key: str, lang: str) -> str:
+    zh, en = WORDS[key]
+    return zh if lang == "zh" else en
+
+
+def esc(value: object) -> str:
+    return escape(str(value), quote=True)
+
+
+# --- the schema --------------------------------------------------------------------------
+
+def _ints(raw: Any, limit: int) -> list[int] | None:
+    if not isinstance(raw, (list, tuple)):
+        return None
+    out = [v for v in list(raw)[:limit] if type(v) is int and abs(v) < 1 << 31]
+    return out if len(out) == min(len(raw), limit) else None
+
+
+def _state(raw: Any) -> dict[str, Any] | None:
+    if not isinstance(raw, dict):
+        return None
+    free = _ints(raw.get("free", []), 4 * MAX_BLOCKS)
+    tables_raw = raw.get("tables", {})
+    if free is None or not isinstance(tables_raw, dict):
+        return None
+    from grader.sanitize import safe_line
+
+    tables: dict[str, list[int]] = {}
+    for name, blocks in list(tables_raw.items())[:MAX_OWNERS]:
+        ints = _ints(blocks, 4 * MAX_BLOCKS)
+        if ints is None:
+            return None
+        tables[safe_line(name, 40) or "?"] = ints  # "" stands for the free list below
+    return {"free": free, "tables": tables}
+
+
+def _error(value: Any) -> float | None:
+    if type(value) not in (int, float) or not math.isfinite(value):
+        return None  # NaN or inf in the output: drawn as such
+    return float(f"{abs(value):.4g}")
+
+
+def normalise_picture(raw: Any) -> dict[str, Any] | None:
+    """The picture if it follows the schema (bounded, safe strings), else None."""
+    from grader.sanitize import safe_line
+
+    if not isinstance(raw, dict):
+        return None
+    if raw.get("kind") == "pool":
+        n = raw.get("num_blocks")
+        if type(n) is not int or not 0 < n <= MAX_BLOCKS:
+            return None
+        states = {key: _state(raw.get(key)) for key in ("before", "after") if key in raw}
+        if not states or any(s is None for s in states.values()):
+            return None
+        highlight = _ints(raw.get("highlight", []), 16)
+        return {"kind": "pool", "num_blocks": n, "step": safe_line(raw.get("step", ""), 200), **states, "highlight": highlight or []}
+    if raw.get("kind") == "attention":
+        rows = raw.get("errors")
+        tol = raw.get("tolerance")
+        if not isinstance(rows, list) or not rows or type(tol) not in (int, float) or not (math.isfinite(tol) and tol > 0):
+            return None
+        if not all(isinstance(r, list) and r for r in rows[:MAX_SEQS]):
+            return None
+        width = min(min(len(r) for r in rows[:MAX_SEQS]), MAX_HEADS)
+        errors = [[_error(v) for v in r[:width]] for r in rows[:MAX_SEQS]]
+        worst = _ints(raw.get("worst"), 2)
+        if not worst or len(worst) != 2 or not (0 <= worst[0] < len(errors) and 0 <= worst[1] < width):
+            worst = None
+        return {"kind": "attention", "errors": errors, "tolerance": float(tol), "dtype": safe_line(raw.get("dtype", ""), 20), "worst": worst}
+    return None
+
+
+# --- the block pool -------------------------------------------------------------------------
+
+def _owners(picture: dict[str, Any]) -> dict[str, str]:
+    names: list[str] = []
+    for key in ("before", "after"):
+        for name in (picture.get(key) or {}).get("tables", {}):
+            if name not in names:
+                names.append(name)
+    return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(names)}
+
+
+def _holders(state: dict[str, Any], block: int) -> list[str]:
+    """Who holds `block`: request names, and "" for the free list (each time it appears)."""
+    out = [name for name, table in state["tables"].items() for b in table if b == block]
+    return out + ["" for b in state["free"] if b == block]
+
+
+def _block_svg(x: float, y: float, size: float, holders: list[str], colours: dict[str, str], block: int, numbered: bool) -> str:
+    fills = [colours.get(h, FREE) if h else FREE for h in holders] or [LOST]
+    parts = []
+    if len(fills) == 1:
+        parts.append(f'<rect x="{x}" y="{y}" width="{size}" height="{size}" rx="3" fill="{fills[0]}" stroke="#7b8694"/>')
+    else:  # held twice, or held and free: one slice per place it is in
+        slice_w = size / len(fills)
+        for i, fill in enumerate(fills):
+            parts.append(f'<rect x="{x + i * slice_w:.1f}" y="{y}" width="{slice_w:.1f}" height="{size}" fill="{fill}"/>')
+        parts.append(f'<rect x="{x}" y="{y}" width="{size}" height="{size}" rx="3" fill="none" stroke="{BAD}" stroke-width="2" stroke-dasharray="3 2"/>')
+    label = "?" if not holders else str(block) if numbered else ""
+    if label:  # white on a colour; a lost block is white itself, so its "?" is dark
+        kind = "pa-num pa-lost" if not holders else "pa-num"
+        parts.append(f'<text x="{x + size / 2}" y="{y + size / 2 + 4}" text-anchor="middle" class="{kind}">{label}</text>')
+    where = ", ".join(h or "free" for h in holders) or "lost"
+    return f'<g class="pa-block" data-block="{block}" data-holders="{esc(where)}"><title>{block}: {esc(where)}</title>{"".join(parts)}</g>'
+
+
+def pool_svg(picture: dict[str, Any], lang: str) -> str:
+    n = picture["num_blocks"]
+    colours = _owners(picture)
+    per_row = min(n, 16)
+    rows = math.ceil(n / per_row)
+    size, gap, left = 30, 4, 70
+    panel_h = rows * (size + gap) + 26
+    states = [key for key in ("before", "after") if key in picture]
+    legend_y = 28 + len(states) * panel_h
+    width = max(left + per_row * (size + gap) + 10, 520)
+    height = legend_y + 24 * 3 + 10
+    highlight = set(picture.get("highlight") or [])
+    out = [
+        f'<svg class="pa-picture pa-pool" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" '
+        f'aria-label="{esc(w("pool", lang))}" xmlns="http://www.w3.org/2000/svg">'
+    ]
+    if picture.get("step"):
+        out.append(f'<text x="4" y="16" class="pa-step">{esc(picture["step"])}</text>')
+    for panel, key in enumerate(states):
+        state = picture[key]
+        top = 28 + panel * panel_h
+        free = sum(1 for b in range(n) if _holders(state, b) == [""])
+        out.append(f'<text x="4" y="{top + size / 2 + 4}" class="pa-label">{esc(w(key, lang))}</text>')
+        out.append(f'<g class="pa-state" data-state="{key}">')
+        for block in range(n):
+            x = left + (block % per_row) * (size + gap)
+            y = top + (block // per_row) * (size + gap)
+            out.append(_block_svg(x, y, size, _holders(state, block), colours, block, n <= 64))
+            if block in highlight:
+                out.append(f'<rect class="pa-highlight" x="{x - 2}" y="{y - 2}" width="{size + 4}" height="{size + 4}" rx="4" fill="none" stroke="#111" stroke-width="3"/>')
+        out.append("</g>")
+        tables = "  ".join(f"{name}: {state['tables'][name]}" for name in state["tables"])
+        summary = plural(free, "free_block", lang) + (f" · {tables}" if tables else "")
+        out.append(f'<text x="{left}" y="{top + rows * (size + gap) + 12}" class="pa-small">{esc(summary[:160])}</text>')
+    entries = [(colour, name) for name, colour in colours.items()] + [(FREE, w("free", lang))]
+    x = 4
+    for colour, name in entries:
+        out.append(f'<rect x="{x}" y="{legend_y}" width="14" height="14" fill="{colour}" stroke="#7b8694"/><text x="{x + 18}" y="{legend_y + 12}" class="pa-small">{esc(name)}</text>')
+        x += 30 + 7 * len(name)
+    y2 = legend_y + 24
+    out.append(f'<rect x="4" y="{y2}" width="14" height="14" fill="none" stroke="#111" stroke-width="3"/><text x="24" y="{y2 + 12}" class="pa-small">{esc(w("mishandled", lang))}</text>')
+    out.append(f'<rect x="4" y="{y2 + 24}" width="14" height="14" fill="{LOST}" stroke="#7b8694"/><text x="24" y="{y2 + 36}" class="pa-small">? {esc(w("lost", lang))}</text>')
+    out.append(f'<rect x="260" y="{y2 + 24}" width="14" height="14" fill="none" stroke="{BAD}" stroke-width="2" stroke-dasharray="3 2"/><text x="280" y="{y2 + 36}" class="pa-small">{esc(w("shared", lang))}</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def pool_text(picture: dict[str, Any], lang: str) -> list[str]:
+    """The pool as lines of text: one letter per request, "·" free, "?" lost, "!" held twice."""
+    n = picture["num_blocks"]
+    letters = {name: chr(ord("A") + i % 26) for i, name in enumerate(_owners(picture))}
+    highlight = set(picture.get("highlight") or [])
+    lines = []
+    for key in ("before", "after"):
+        if key not in picture:
+            continue
+        marks = []
+        for block in range(n):
+            holders = _holders(picture[key], block)
+            mark = "?" if not holders else "!" if len(holders) > 1 else "·" if holders == [""] else letters[holders[0]]
+            marks.append(f"[{mark}]" if block in highlight else f" {mark} ")
+        lines.append(f"{w(key, lang):>6}: {''.join(marks)}")
+    legend = ", ".join(f"{letter} = {name}" for name, letter in letters.items())
+    lines.append(f"        {legend}{', ' if legend else ''}· = {w('free', lang)}, ? = {w('lost', lang)}, ! = {w('shared', lang)}, [ ] = {w('mishandled', lang)}")
+    return lines
+
+
+# --- attention error heatmap ----------------------------------------------------------------
+
+def _heat(value: float | None, tol: float) -> str:
+    if value is None:
+        return "#222222"
+    if value <= tol:
+        share = 0.0 if value <= 0 else min(1.0, max(0.0, 1 + math.log10(value / tol) / 4))  # 1e-4·tol .. tol
+        light = int(235 - 60 * share)
+        return f"rgb({light - 40},{light},{light - 30})"
+    share = min(1.0, math.log10(value / tol) / 6)  # tol .. 1e6·tol
+    return f"rgb({230 - int(30 * share)},{int(170 - 150 * share)},{int(150 - 130 * share)})"
+
+
+def attention_svg(picture: dict[str, Any], lang: str) -> str:
+    errors, tol = picture["errors"], picture["tolerance"]
+    seqs, heads = len(errors), len(errors[0])
+    cell = max(12, min(32, 480 // max(heads, 1)))
+    left, top = 80, 34
+    grid_w, grid_h = heads * cell, seqs * cell
+    width = max(left + grid_w + 20, left + 400 + 170)  # the grid, or the scale and its legend
+    legend_y = top + grid_h + 34
+    height = legend_y + 56
+    worst = picture.get("worst")
+    dtype = f" ({picture['dtype']})" if picture.get("dtype") else ""
+    out = [
+        f'<svg class="pa-picture pa-attention" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" '
+        f'aria-label="{esc(w("error_of", lang))}" xmlns="http://www.w3.org/2000/svg">',
+        f'<text x="{left}" y="14" class="pa-label">{esc(w("head", lang))} →</text>',
+        f'<text x="4" y="{top + 12}" class="pa-label">{esc(w("seq", lang))} ↓</text>',
+    ]
+    for h in range(heads):
+        if cell >= 18 or h % 4 == 0:
+            out.append(f'<text x="{left + h * cell + cell / 2}" y="{top - 6}" text-anchor="middle" class="pa-small">{h}</text>')
+    for s, row in enumerate(errors):
+        out.append(f'<text x="{left - 6}" y="{top + s * cell + cell / 2 + 4}" text-anchor="end" class="pa-small">{s}</text>')
+        for h, value in enumerate(row):
+            x, y = left + h * cell, top + s * cell
+            bad = value is None or value > tol
+            shown = "NaN/inf" if value is None else f"{value:.3g}"
+            out.append(
+                f'<g class="pa-cell" data-seq="{s}" data-head="{h}" data-bad="{int(bad)}"><title>{esc(w("seq", lang))} {s}, {esc(w("head", lang))} {h}: '
+                f'{esc(w("error_of", lang))} {shown}, {esc(w("tolerance", lang))} {tol:.3g}</title>'
+                f'<rect x="{x}" y="{y}" width="{cell}" height="{cell}" fill="{_heat(value, tol)}" stroke="#fff"/>'
+            )
+            if bad and cell >= 16:  # not by colour alone
+                out.append(f'<text x="{x + cell / 2}" y="{y + cell / 2 + 4}" text-anchor="middle" class="pa-mark">{"N" if value is None else "✗"}</text>')
+            out.append("</g>")
+    if worst:
+        s, h = worst
+        out.append(f'<rect class="pa-highlight" x="{left + h * cell - 1}" y="{top + s * cell - 1}" width="{cell + 2}" height="{cell + 2}" fill="none" stroke="#111" stroke-width="3"/>')
+    # The scale: 1e-4·tol .. 1e6·tol on a log axis, with the tolerance marked.
+    scale_w = 400
+    steps = 40
+    for i in range(steps):
+        value = tol * 10 ** (-4 + 10 * (i + 0.5) / steps)
+        out.append(f'<rect x="{left + i * scale_w / steps:.1f}" y="{legend_y}" width="{scale_w / steps + 0.5:.1f}" height="12" fill="{_heat(value, tol)}"/>')
+    mark = left + scale_w * 0.4
+    out.append(f'<line class="pa-tolerance" x1="{mark}" y1="{legend_y - 6}" x2="{mark}" y2="{legend_y + 18}" stroke="#111" stroke-width="2"/>')
+    out.append(f'<text x="{mark}" y="{legend_y - 9}" text-anchor="middle" class="pa-small">{esc(w("tolerance", lang))} {tol:.3g}{esc(dtype)}</text>')
+    out.append(f'<text x="{left}" y="{legend_y + 30}" class="pa-small">← {esc(w("within", lang))}</text>')
+    out.append(f'<text x="{left + scale_w}" y="{legend_y + 30}" text-anchor="end" class="pa-small">{esc(w("beyond", lang))} ✗ →</text>')
+    out.append(f'<rect x="{left + scale_w + 16}" y="{legend_y}" width="12" height="12" fill="#222222"/><text x="{left + scale_w + 32}" y="{legend_y + 11}" class="pa-small">N = {esc(w("not_finite", lang))}</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def attention_text(picture: dict[str, Any], lang: str) -> list[str]:
+    """One row per sequence: "·" within tolerance, "▒" up to 100×, "█" beyond, "N" NaN/inf."""
+    errors, tol = picture["errors"], picture["tolerance"]
+
+    def mark(value: float | None) -> str:
+        return "N" if value is None else "·" if value <= tol else "▒" if value <= 100 * tol else "█"
+
+    lines = [f"{w('seq', lang)} {s:>2} │{''.join(mark(v) for v in row)}│" for s, row in enumerate(errors[:16])]
+    bad = sum(1 for row in errors for v in row if v is None or v > tol)
+    total = sum(len(row) for row in errors)
+    summary = (
+        f"{bad}/{total} 个 (序列, 头) 超出容差 {tol:.3g}" if lang == "zh" else f"{bad} of {total} (sequence, head) pairs beyond the tolerance {tol:.3g}"
+    )
+    if picture.get("worst"):
+        s, h = picture["worst"]
+        value = errors[s][h]
+        shown = "NaN/inf" if value is None else f"{value:.3g}"
+        summary += f"；{w('worst', lang)}：{w('seq', lang)} {s}，{w('head', lang)} {h} = {shown}" if lang == "zh" else f"; worst: sequence {s}, head {h} = {shown}"
+    return [summary, *lines, "· ≤ tol   ▒ ≤ 100×tol   █ > 100×tol   N = NaN/inf"]
+
+
+def picture_svg(picture: dict[str, Any] | None, lang: str) -> str:
+    if not picture:
+        return ""
+    return pool_svg(picture, lang) if picture["kind"] == "pool" else attention_svg(picture, lang)
+
+
+def picture_text(picture: dict[str, Any] | None, lang: str) -> list[str]:
+    if not picture:
+        return []
+    return pool_text(picture, lang) if picture["kind"] == "pool" else attention_text(picture, lang)

@@ -1,0 +1,146 @@
+"""`grader.check()` in a running notebook (nbclient executes real kernels), and its edges."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+import grader
+from grader import notebook
+from grader.results import FAILED
+from tests.conftest import ROOT, SOLUTION_NB
+from tests.handmade import picture_result
+
+GOOD_DECODE = "        if new_len > len(req.block_table) * self.block_size:"
+# A real mistake: the new block is taken one token too late.
+BUGGY_DECODE = "        if new_len > len(req.block_table) * self.block_size + 1:"
+
+
+def _execute(nb: nbformat.NotebookNode, path: Path) -> nbformat.NotebookNode:
+    NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=True, resources={"metadata": {"path": str(path)}}).execute()
+    return nb
+
+
+def _displays(cell: nbformat.NotebookNode) -> list[dict]:
+    return [o["data"] for o in cell.get("outputs", []) if o.get("output_type") == "display_data"]
+
+
+def _stream(cell: nbformat.NotebookNode) -> str:
+    return "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+
+
+@pytest.mark.slow
+def test_check_todo3_after_a_buggy_decode_shows_the_failures_and_a_score_below_100(tmp_path: Path) -> None:
+    nb = nbformat.read(SOLUTION_NB, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    manager = next(c for c in code if "class KVCacheManager" in c.source)
+    assert GOOD_DECODE in manager.source
+    manager.source = manager.source.replace(GOOD_DECODE, BUGGY_DECODE)
+    nb.cells = [c for c in nb.cells if "grader.check()" not in c.source]  # the notebook's own last cell: checked below
+    nb.cells.append(nbformat.v4.new_code_cell("import time\nimport grader\nstarted = time.monotonic()\nresult = grader.check('todo3', lang='en')\nelapsed = time.monotonic() - started"))
+    nb.cells.append(nbformat.v4.new_code_cell("print(repr((result.score, [i.id for i in result.items if i.status == 'failed'], [i.todo for i in result.items], round(elapsed, 2))))"))
+    _execute(nb, tmp_path)
+    check, summary = nb.cells[-2], nb.cells[-1]
+    [shown] = _displays(check)
+    plain, page = shown["text/plain"], shown["text/html"]
+    assert plain.startswith("Score: ") and "✗ todo3.growth" in plain and "Smallest reproduction" in plain
+    assert "m.allocate_for_decode(" in plain  # the reproduction: code to paste after the cells
+    assert "todo1." not in plain and "todo5." not in plain  # only TODO 3's items ran
+    assert page.startswith('<div class="pa-card"') and 'class="repro"' in page
+    # The self-check cell raised (it checks decode too): it is shown first, with its In [n].
+    assert re.search(r"⚠ Fix these first: cells that raised:\n  ✗ cell \[\d+\], line \d+: AssertionError", plain), plain[:600]
+    score, failed, todos, elapsed = eval(_stream(summary))  # noqa: S307 - our own print of plain values
+    assert score < 100 and "todo3.growth" in failed and set(todos) == {"todo3"}
+    print(f"grader.check('todo3') took {elapsed} s in the kernel")
+    assert elapsed < 30  # about 3 s on the 2-core development machine; generous for a loaded one
+
+
+def test_outside_ipython_a_clear_message_and_no_traceback() -> None:
+    proc = subprocess.run([sys.executable, "-c", "import grader; print(repr(grader.check('todo3', lang='en')))"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "None"
+    assert "works inside a Jupyter/IPython notebook" in proc.stderr and "python -m grader grade" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+class FakeShell:
+    def __init__(self, inputs: list[str]):
+        self.history_manager = SimpleNamespace(input_hist_raw=inputs)
+        self.user_ns: dict[str, object] = {}
+
+
+def test_history_is_what_ran_in_order_with_execution_counts() -> None:
+    shell = FakeShell(["", "x = 1", "  ", "%pip install x", "grader.check()"])
+    assert notebook.history(shell) == [(1, "x = 1"), (3, "%pip install x"), (4, "grader.check()")]
+
+
+@pytest.mark.parametrize(("todo", "names"), [(None, []), ("todo3", ["todo3"]), ("TODO 3", ["todo3"]), (3, ["todo3"]), ("5", ["todo5"]), ("todo9", None), ("q1", None)])
+def test_todo_argument(todo: object, names: list[str] | None) -> None:
+    assert notebook._todos(todo) == names
+
+
+def test_bad_arguments_and_empty_history_get_a_message(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(notebook, "_shell", lambda: FakeShell(["", "x = 1"]))
+    assert grader.check("todo9", lang="en") is None
+    assert "unknown TODO 'todo9'" in capsys.readouterr().err
+    assert grader.check(lang="fr") is None and "lang must be" in capsys.readouterr().err
+    monkeypatch.setattr(notebook, "_shell", lambda: FakeShell([""]))
+    assert grader.check(lang="zh") is None and "还没有运行过任何代码单元" in capsys.readouterr().err
+
+
+def test_check_shows_the_card_and_returns_score_and_items(monkeypatch: pytest.MonkeyPatch) -> None:
+    shown: list[dict] = []
+    monkeypatch.setattr(notebook, "_shell", lambda: FakeShell(["", "x = 1"]))
+    monkeypatch.setattr(notebook, "grade_history", lambda cells, name, todos: picture_result())
+    import IPython.display
+
+    monkeypatch.setattr(IPython.display, "display", lambda data, raw: shown.append(data))
+    started = time.monotonic()
+    result = grader.check(lang="en")
+    assert time.monotonic() - started < 5
+    assert result is not None and result.score == picture_result().score and len(result.items) == 18
+    assert "todo3.growth" in result.failed and all(i.status == FAILED for i in result.items if i.id in result.failed)
+    assert repr(result) == f"<grader.check: {result.score:g} / 100, 11 items passed, 6 failed>"
+    [data] = shown
+    assert data["text/plain"].startswith("Score: ") and data["text/html"].count("<svg") == 2
+
+
+def test_a_grader_failure_in_check_is_a_message(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(notebook, "_shell", lambda: FakeShell(["", "x = 1"]))
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("exit status 3: boom")
+
+    monkeypatch.setattr(notebook, "grade_history", broken)
+    assert grader.check(lang="en") is None
+    assert "the grader itself failed (not your fault)" in capsys.readouterr().err
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text in (entry / "cmdline").read_bytes().decode("utf-8", "replace"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.slow
+def test_an_interrupted_check_leaves_nothing_running() -> None:
+    # Ctrl-C in the notebook arrives as KeyboardInterrupt while the kernel waits; a timeout the same way.
+    started = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired):
+        notebook.grade_history([(1, "import time\ntime.sleep(120)")], "nb.ipynb", ["todo1"], timeout=4)
+    time.sleep(1)
+    assert time.monotonic() - started < 60
+    assert _processes_mentioning("grader.notebook") == [] and _processes_mentioning("pa-check-") == []

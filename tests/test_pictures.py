@@ -1,0 +1,163 @@
+"""Pictures of the failing state: the block pool before and after, and the attention error
+heatmap; drawn from hand-made results (until the checks fill Failure.picture), checked as SVG
+and in headless Chromium, with the screenshots kept (out/screenshots, or $PA_SCREENSHOTS)."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from grader.report import html
+from grader.report.pictures import FREE, PALETTE, attention_svg, normalise_picture, pool_svg
+from tests.conftest import ROOT
+from tests.handmade import ATTENTION_PICTURE, POOL_PICTURE, picture_result
+from tests.png import colours, has_colour
+from tests.test_reports import assert_inert, parse
+
+ARTIFACTS = Path(os.environ.get("PA_SCREENSHOTS") or ROOT / "out" / "screenshots")
+
+
+def _rgb(hex_colour: str) -> tuple[int, int, int]:
+    return int(hex_colour[1:3], 16), int(hex_colour[3:5], 16), int(hex_colour[5:7], 16)
+
+
+def test_pool_picture_shows_owners_free_lost_shared_and_the_mishandled_block() -> None:
+    svg = pool_svg(normalise_picture(POOL_PICTURE), "en")  # type: ignore[arg-type]
+    states = re.findall(r'<g class="pa-state" data-state="(\w+)">(.*?)</g>(?=<text)', svg, re.S)
+    assert [name for name, _ in states] == ["before", "after"]
+    for _, body in states:
+        assert len(re.findall(r'class="pa-block"', body)) == 6
+    before, after = (dict(re.findall(r'data-block="(\d+)" data-holders="([^"]*)"', body)) for _, body in states)
+    assert before == {"0": "r0", "1": "r1", "2": "free", "3": "free", "4": "free", "5": "free"}
+    assert after["1"] == "r0, r1" and after["2"] == "lost"  # handed out twice; neither free nor held
+    assert svg.count('class="pa-highlight"') == 2  # block 1, outlined before and after
+    assert f'fill="{PALETTE[0]}"' in svg and f'fill="{PALETTE[1]}"' in svg and f'fill="{FREE}"' in svg
+    assert "4 free blocks" in svg and "3 free blocks" in svg
+    assert "调用前" in pool_svg(normalise_picture(POOL_PICTURE), "zh") and "4 个空闲块" in pool_svg(normalise_picture(POOL_PICTURE), "zh")  # type: ignore[arg-type]
+
+
+def test_attention_heatmap_marks_what_is_beyond_the_tolerance() -> None:
+    svg = attention_svg(normalise_picture(ATTENTION_PICTURE), "en")  # type: ignore[arg-type]
+    cells = re.findall(r'data-seq="(\d)" data-head="(\d)" data-bad="(\d)"', svg)
+    assert len(cells) == 12
+    bad = {(int(s), int(h)) for s, h, b in cells if b == "1"}
+    assert bad == {(0, 2), (0, 3), (1, 3), (2, 1)}  # 0.4, 0.2, 0.05 and NaN against 2e-5
+    assert 'class="pa-tolerance"' in svg and "tolerance 2e-05 (float32)" in svg
+    assert svg.count('class="pa-highlight"') == 1  # the worst cell
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        None,
+        {"kind": "pool", "num_blocks": 0, "before": {"free": [], "tables": {}}},
+        {"kind": "pool", "num_blocks": 4, "before": {"free": "0123", "tables": {}}},
+        {"kind": "pool", "num_blocks": 4},
+        {"kind": "attention", "errors": [[1.0]], "tolerance": float("nan")},
+        {"kind": "attention", "errors": [], "tolerance": 1e-3},
+        {"kind": "heatmap", "errors": [[1.0]], "tolerance": 1e-3},
+    ],
+)
+def test_malformed_pictures_draw_nothing(raw: object) -> None:
+    assert normalise_picture(raw) is None
+
+
+def test_card_styles_are_scoped_so_a_notebook_keeps_its_own() -> None:
+    rules = re.findall(r"([^{}]+)\{[^}]*\}", html.CARD_STYLE)
+    selectors = [s.strip() for rule in rules for s in rule.split(",")]
+    assert selectors and all(s.startswith(".pa-card") for s in selectors), [s for s in selectors if not s.startswith(".pa-card")]
+    fragment = html.fragment(picture_result(), "en", numbering="run")
+    assert fragment.startswith('<div class="pa-card"') and "<html" not in fragment and "<script" not in fragment
+    assert fragment.count("<svg") == 2 and "cell [2], line 7" in fragment
+    assert_inert(fragment)
+
+
+# --- in a real browser ---------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    from tests.test_dashboard import Browser, find_chromium
+
+    executable = find_chromium()
+    if executable is None:
+        pytest.skip("no Chromium found (./run-tests installs Debian's chromium when run as root)")
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
+        instance = Browser(executable, Path(profile))
+        try:
+            yield instance
+        finally:
+            instance.close()
+
+
+def _shot(browser, selector: str, path: Path) -> bytes:  # type: ignore[no-untyped-def]
+    import base64
+
+    box = browser.js(f"(() => {{ const r = document.querySelector('{selector}').getBoundingClientRect(); return [r.x + scrollX, r.y + scrollY, r.width, r.height]; }})()")
+    x, y, width, height = box
+    assert width > 200 and height > 100, (selector, box)
+    clip = {"x": x, "y": y, "width": width, "height": height, "scale": 1}
+    data = base64.b64decode(browser.call("Page.captureScreenshot", {"format": "png", "clip": clip, "captureBeyondViewport": True}, session=True)["data"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return data
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_pictures_appear_in_screenshots(browser, tmp_path: Path, lang: str) -> None:  # type: ignore[no-untyped-def]
+    card = tmp_path / f"scorecard-{lang}.html"
+    card.write_text(html.render(picture_result(), lang), encoding="utf-8")
+    browser.open(card.as_uri())
+    assert browser.problems() == []  # nothing blocked by the page's CSP, no errors
+    assert browser.js("document.querySelectorAll('svg.pa-pool .pa-block').length") == 12
+    assert browser.js("document.querySelectorAll('svg.pa-attention .pa-cell').length") == 12
+    pool = colours(_shot(browser, "svg.pa-pool", ARTIFACTS / f"pool-{lang}.png"))
+    for colour in (FREE, PALETTE[0], PALETTE[1]):  # free blocks grey, r0 and r1 in their colours
+        assert has_colour(pool, _rgb(colour)), colour
+    assert has_colour(pool, (17, 17, 17), tolerance=10)  # the outline of the mishandled block
+    heat = colours(_shot(browser, "svg.pa-attention", ARTIFACTS / f"attention-{lang}.png"))
+    assert sum(n for (r, g, b), n in heat.items() if r > 180 and g < 90 and b < 90) > 200  # far beyond the tolerance: red
+    assert sum(n for (r, g, b), n in heat.items() if g > r + 20 and g > 150) > 200  # within it: green
+    assert has_colour(heat, (0x22, 0x22, 0x22))  # NaN
+    whole = ARTIFACTS / f"scorecard-{lang}.png"
+    browser.screenshot(whole)
+    assert whole.stat().st_size > 20_000
+
+
+def test_item_ids_never_break_mid_word(browser, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    card = tmp_path / "narrow.html"
+    card.write_text(html.render(picture_result(), "en"), encoding="utf-8")
+    browser.call("Emulation.setDeviceMetricsOverride", {"width": 360, "height": 900, "deviceScaleFactor": 1, "mobile": False}, session=True)
+    try:
+        browser.open(card.as_uri())
+        ids = "Array.from(document.querySelectorAll('code.pa-id'))"
+        assert browser.js(f"{ids}.length") == 6 + 1 + 18  # failed and not-run cards, and the table of every item
+        assert browser.js(f"{ids}.filter(e => e.getClientRects().length !== 1).map(e => e.textContent)") == []
+        browser.screenshot(ARTIFACTS / "scorecard-narrow.png")
+        # The measure can fail: let ids break like other code, and some of them do at this width.
+        browser.js("document.head.insertAdjacentHTML('beforeend', '<style>.pa-card code.pa-id{white-space:normal;word-break:break-all}.pa-card td.pa-idcol{white-space:normal;width:1px}</style>')")
+        assert browser.js(f"{ids}.filter(e => e.getClientRects().length > 1).length") > 0
+    finally:
+        browser.call("Emulation.clearDeviceMetricsOverride", session=True)
+
+
+def test_notebook_fragment_renders_inside_a_foreign_page(browser, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # A page standing in for a notebook: its own styles must not change, the card must show.
+    page = (
+        "<!doctype html><html><head><meta charset='utf-8'><style>body{background:rgb(1,2,3)} pre{color:rgb(4,5,6)}</style></head>"
+        f"<body><pre id='theirs'>x</pre>{html.fragment(picture_result(), 'zh', numbering='run')}</body></html>"
+    )
+    path = tmp_path / "notebook.html"
+    path.write_text(page, encoding="utf-8")
+    browser.open(path.as_uri())
+    assert browser.js("getComputedStyle(document.body).backgroundColor") == "rgb(1, 2, 3)"
+    assert browser.js("getComputedStyle(document.getElementById('theirs')).color") == "rgb(4, 5, 6)"
+    assert browser.js("document.querySelectorAll('.pa-card svg').length") == 2
+    assert "代码单元 [2]第 7 行" in browser.js("document.getElementById('errors-first').textContent")
+    _shot(browser, ".pa-card", ARTIFACTS / "check-fragment-zh.png")
+    assert len(parse(page).tags) > 10
