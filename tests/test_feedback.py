@@ -109,7 +109,9 @@ def test_plurals() -> None:
     one.items = [i for i in one.items if i.status != FAILED or i.id == "todo3.growth"]
     page = html.render(one, "en")
     assert "1 failed item<" in page and "3 free blocks" in page and "4 free blocks" in page
-    assert "6 failed items" in html.render(picture_result(), "en") and "未通过的评分项（6 项）" in html.render(picture_result(), "zh")
+    failed = sum(i.status == FAILED for i in picture_result().items)
+    assert failed > 1
+    assert f"{failed} failed items" in html.render(picture_result(), "en") and f"未通过的评分项（{failed} 项）" in html.render(picture_result(), "zh")
     assert "3.2 秒" in html.render(picture_result(), "zh") and "3.2 s" in html.render(picture_result(), "en")
 
 

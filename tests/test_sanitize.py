@@ -100,13 +100,14 @@ def test_imported_garbage_becomes_well_formed_records() -> None:
     raw = picture_result().to_dict()
     raw["items"][0].update(weight="lots", status="hacked", seconds=float("nan"), examples="x")
     raw["items"][1]["failure"]["picture"] = {"kind": "pool", "num_blocks": 10**9}
-    raw["items"][6]["failure"]["picture"]["after"]["tables"]["r0"] = ["not", "ints"]
+    growth = next(i for i, item in enumerate(raw["items"]) if item["id"] == "todo3.growth")  # the pool picture
+    raw["items"][growth]["failure"]["picture"]["after"]["tables"]["r0"] = ["not", "ints"]
     raw["cells"].append({"index": "7", "status": "weird", "error_type": 5, "message": None, "traceback": ["x"]})
     raw["isolation"] = {"limits": {"memory": float("inf")}, "summary": {"en": "ok\x1b[2J"}}
     result = sanitize_result(GradeResult.from_dict(raw))
     first = result.items[0]
     assert (first.weight, first.status, first.seconds, first.examples) == (0.0, "failed", 0.0, 0)
-    assert result.items[1].failure.picture is None and result.items[6].failure.picture is None  # type: ignore[union-attr]
+    assert result.items[1].failure.picture is None and result.items[growth].failure.picture is None  # type: ignore[union-attr]
     assert result.cells[-1] == CellReport(7, "error", "5", "", "['x']")
     assert result.isolation == {"limits": {"memory": 0.0}, "summary": {"en": "ok\\x1b[2J"}}
     json.dumps(result.to_dict(), allow_nan=False)  # strict JSON: no NaN or inf anywhere
@@ -114,7 +115,7 @@ def test_imported_garbage_becomes_well_formed_records() -> None:
 
 def test_well_formed_pictures_survive_unchanged_in_shape() -> None:
     result = sanitize_result(picture_result())
-    pool = result.items[6].failure.picture  # type: ignore[union-attr]
+    pool = next(i.failure.picture for i in result.items if i.id == "todo3.growth")  # type: ignore[union-attr]
     assert pool is not None and pool["after"]["tables"] == {"r0": [0, 1], "r1": [1]} and pool["highlight"] == [1]
     attention = next(i.failure.picture for i in result.items if i.id == "todo5.mha_fp32")  # type: ignore[union-attr]
     assert attention is not None and attention["errors"][2][1] is None  # NaN kept as "not finite"
