@@ -17,6 +17,7 @@ from grader import given_code, integrity
 from grader.config import Config, RubricItem
 from grader.results import FAILED, NOT_RUN, PASSED, CellReport, Failure, GradeResult, ItemResult, Text
 from grader.sandbox.client import LoadReport, Sandbox
+from grader.sanitize import sanitize_result
 from grader.submission import Submission, SubmissionError, load_submission
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ def grade_path(path: Path, config: Config, device: str = "auto", todos: Collecti
         return result
     result = grade_submission(submission, config, device, todos)
     result.seconds = round(time.monotonic() - started, 3)
-    return result
+    return sanitize_result(result)  # every string the submission controls, made safe once, here
 
 
 def grade_submission(submission: Submission, config: Config, device: str, todos: Collection[str] | None = None) -> GradeResult:

@@ -26,6 +26,7 @@ from typing import Any
 
 from grader.gradebook import CI, GRADESCOPE
 from grader.results import GradeResult
+from grader.sanitize import sanitize_result
 
 METADATA = "submission_metadata.yml"
 
@@ -62,9 +63,8 @@ def result_from_json(data: Any) -> GradeResult:
         result = GradeResult.from_dict(grade_result)
     except MALFORMED as error:
         raise ImportProblem(f"not a valid grade result ({type(error).__name__}: {error})") from None
-    # TODO(sanitiser): pass `result` through the reports engineer's sanitiser for GradeResults read
-    # back from untrusted JSON before it is recorded or rendered (one call here; wired at merge).
-    return result
+    # An imported file is untrusted text: made safe before it is recorded or rendered.
+    return sanitize_result(result)
 
 
 def _student_for(path: Path, base: Path | None) -> str:

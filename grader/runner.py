@@ -24,6 +24,7 @@ from grader.config import Config
 from grader.discovery import Student
 from grader.gradebook import ERROR, GRADED
 from grader.results import GradeResult
+from grader.sanitize import sanitize_result
 
 
 @dataclass
@@ -103,7 +104,7 @@ class Runner:
                 return Outcome(student, sha256, ERROR, result, seconds)
             try:
                 payload = json.loads(json_out.read_text(encoding="utf-8"))
-                result = GradeResult.from_dict(payload["extra_data"]["grade_result"])
+                result = sanitize_result(GradeResult.from_dict(payload["extra_data"]["grade_result"]))
             except (OSError, ValueError, KeyError, TypeError):
                 result = error_result(
                     student.path,

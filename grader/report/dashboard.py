@@ -163,12 +163,13 @@ def common_failures(entries: list[Entry], lang: str, limit: int = 10) -> list[Co
                 continue
             key = (item.id, item.failure.kind, _pattern(item.failure.message.en))
             group = groups.setdefault(
-                key, CommonFailure(item.id, item.failure.kind, item.failure.message.get(lang), [], item.failure.repro, entry.student)
+                key, CommonFailure(item.id, item.failure.kind, item.failure.message.get(lang), [], item.failure.repro_for(lang), entry.student)
             )
             group.students.append(entry.student)
             # The shortest reproduction is the easiest one to read in class.
-            if item.failure.repro and (not group.repro or len(item.failure.repro) < len(group.repro)):
-                group.repro, group.sample_student, group.message = item.failure.repro, entry.student, item.failure.message.get(lang)
+            repro = item.failure.repro_for(lang)
+            if repro and (not group.repro or len(repro) < len(group.repro)):
+                group.repro, group.sample_student, group.message = repro, entry.student, item.failure.message.get(lang)
     return sorted(groups.values(), key=lambda g: (-len(g.students), g.item))[:limit]
 
 

@@ -58,8 +58,8 @@ def annotations(result: GradeResult, lang: str, file: str = "") -> list[str]:
     shown = failed if len(failed) <= MAX_ANNOTATIONS else failed[: MAX_ANNOTATIONS - 1]
     for item in shown:
         body = [item.failure.message.get(lang) if item.failure else item.title.get(lang)]
-        if item.failure is not None and item.failure.repro:
-            body.append(f"{markdown.say('repro', lang)}:\n{markdown.clip(item.failure.repro, 2000, lang)}")
+        if item.failure is not None and item.failure.repro_for(lang):
+            body.append(f"{markdown.say('repro', lang)}:\n{markdown.clip(item.failure.repro_for(lang), 2000, lang)}")
         lines.append(command("error", "\n".join(body), file=file, title=f"{item.id} ({item.score:g}/{item.weight:g})"))
     if len(shown) < len(failed):
         rest = [item.id for item in failed[len(shown) :]]
