@@ -56,7 +56,7 @@ def test_inputs_are_what_the_reproduction_code_makes(dtype: str, index_dtype: st
     case = Case(seq_lens=(3, 6, 1), block_size=4, head_dim=8, num_kv_heads=2, group=2, dtype=dtype, shuffle=9, padding=2,
                 poison=True, scale=0.5, scale_style="keyword", boost=30.0, index_dtype=index_dtype, salt=77)
     namespace: dict = {"paged_attention": lambda *a, **k: None}
-    exec("\n".join([*preamble(dense=False), *setup_lines(case)]), namespace)
+    exec("\n".join(code for code, _, _ in [*preamble(dense=False), *setup_lines(case)]), namespace)
     for name, array in make_inputs(case).items():
         tensor = namespace[name]
         assert str(tensor.dtype) == f"torch.{array.dtype}"

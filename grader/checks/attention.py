@@ -102,11 +102,11 @@ def call(ctx: ItemContext, case: Case) -> Called:
 
 
 def judge(case: Case, inputs: dict[str, Array], value: dict) -> Verdict | None:
-    shape_assert = ("out.shape == query.shape and out.dtype == query.dtype and out.device == query.device", "expected shape {tuple(query.shape)}, {query.dtype} on {query.device}; got {tuple(out.shape)}, {out.dtype} on {out.device}")
+    shape_assert = ("out.shape == query.shape and out.dtype == query.dtype and out.device == query.device", "expected shape {tuple(query.shape)}, {query.dtype} on {query.device}; got {tuple(out.shape)}, {out.dtype} on {out.device}", "期望形状 {tuple(query.shape)}、{query.dtype}、设备 {query.device}；实际 {tuple(out.shape)}、{out.dtype}、{out.device}")
     try:
         answer = decode(value.get("output"))
     except (TypeError, ValueError):
-        return Verdict("wrong", "paged_attention 应返回 torch.Tensor", "paged_attention should return a torch.Tensor", actual=str(value)[:200], asserts=(("isinstance(out, torch.Tensor)", "expected a tensor, got {type(out).__name__}"),))
+        return Verdict("wrong", "paged_attention 应返回 torch.Tensor", "paged_attention should return a torch.Tensor", actual=str(value)[:200], asserts=(("isinstance(out, torch.Tensor)", "expected a tensor, got {type(out).__name__}", "应返回张量，实际 {type(out).__name__}"),))
     want_shape = list(inputs["query"].shape)
     if list(answer.shape) != want_shape:
         return Verdict("wrong", f"输出形状应为 {want_shape}，实际 {list(answer.shape)}", f"the output shape should be {want_shape}, got {list(answer.shape)}", str(want_shape), str(list(answer.shape)), (shape_assert,))
@@ -139,6 +139,7 @@ def judge(case: Case, inputs: dict[str, Array], value: dict) -> Verdict | None:
     value_assert = (
         f"(error := (out.double().cpu() - expected).abs().max().item()) <= {tol:.3g}",
         f"max |out - expected| = {{error:.3g}}, tolerance {tol:.3g} ({case.dtype})",
+        f"最大误差 |out - expected| = {{error:.3g}}，容差 {tol:.3g}（{case.dtype}）",
     )
     i, h = worst
     where = f"seq {i} (seq_len={case.seq_lens[i]}), head {h} (kv head {h // case.group})"
@@ -170,8 +171,8 @@ def judge(case: Case, inputs: dict[str, Array], value: dict) -> Verdict | None:
 def write_call(script: Script, case: Case, number: int, total: int) -> None:
     if total > 1:
         script.note(f"call {number} of {total} in one process", f"同一进程中的第 {number}/{total} 次调用")
-    for line in setup_lines(case):
-        script.add(line)
+    for code, en, zh in setup_lines(case):
+        script.add(code, en, zh)
 
 
 def _ablated(ctx: ItemContext, history: list[Case], index: int, case: Case) -> Called:
@@ -239,8 +240,8 @@ def owners(ctx: ItemContext, history: list[Case], index: int, out: np.ndarray | 
 
 def check_history(ctx: ItemContext, history: list[Case]) -> None:
     script = ctx.begin(lambda: check_history(ctx, history))
-    for line in preamble(dense=True):
-        script.add(line)
+    for code, en, zh in preamble(dense=True):
+        script.add(code, en, zh)
     for index, case in enumerate(history):
         write_call(script, case, index + 1, len(history))
         script.add(f"out = paged_attention({call_args(case)})")
@@ -254,10 +255,10 @@ def check_history(ctx: ItemContext, history: list[Case]) -> None:
             if ctx.focus in found and index == 0 and ctx.history:
                 _fail_after_one_earlier_call(ctx, case)  # state from an earlier example: show it in two calls
             if ctx.focus in found:
-                if any("expected" in condition for condition, _ in verdict.asserts):
-                    script.add(expected_line(case))
-                for condition, message in verdict.asserts:
-                    script.expect(condition, message)
+                if any("expected" in check[0] for check in verdict.asserts):
+                    script.add(*expected_line(case))
+                for check in verdict.asserts:
+                    script.expect(*check)
                 raise ctx.fail(verdict.kind, verdict.zh, verdict.en, expected=verdict.expected, actual=verdict.actual, picture=verdict.picture, traceback=verdict.traceback)
             for item in found:
                 ctx.record(item, verdict.zh, verdict.en)
@@ -265,10 +266,10 @@ def check_history(ctx: ItemContext, history: list[Case]) -> None:
                 ctx.count(item)
             # Where a property could not be checked, this call shows why (its result is wrong).
             witness = script.copy()
-            if any("expected" in condition for condition, _ in verdict.asserts):
-                witness.add(expected_line(case))
-            for condition, message in verdict.asserts:
-                witness.expect(condition, message)
+            if any("expected" in check[0] for check in verdict.asserts):
+                witness.add(*expected_line(case))
+            for check in verdict.asserts:
+                witness.expect(*check)
             unchecked = [item for item, feature in FEATURE_OF.items() if case.has(feature) and item not in found | exercised]
             for key in (*unchecked, BASE, PASSED, INPUTS + ":clean"):
                 ctx.missed(key, witness)

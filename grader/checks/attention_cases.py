@@ -161,36 +161,49 @@ def call_args(case: Case) -> str:
     return args
 
 
-def setup_lines(case: Case) -> list[str]:
+Commented = tuple[str, str, str]  # (code, English comment, Chinese comment)
+
+
+def setup_lines(case: Case) -> list[Commented]:
     """Code making the case's inputs (after the `fill` helper), one call's worth."""
     dt = f"torch.{case.dtype}"
     kv = (case.num_blocks, case.block_size, case.num_kv_heads, case.head_dim)
     n = len(case.seq_lens)
     boost = f" * {case.boost:g}" if case.boost != 1.0 else ""
     where = "" if not case.shuffle else f"[{case.holds}]"
-    lines = [
-        f"query = (fill({(n, case.num_kv_heads, MAX_GROUP, case.head_dim)}, {case.salt})[:, :, :{case.group}].reshape({n}, {case.num_heads}, {case.head_dim}){boost}).to({dt})",
-        f"keys, values = fill({kv}, {case.salt + 1}), fill({kv}, {case.salt + 2})  # logical order: sequence 0's blocks, then sequence 1's, ...",
-        f"key_cache, value_cache = keys{where}.to({dt}), values{where}.to({dt})" + ("  # the blocks in shuffled physical order" if where else ""),
+    lines: list[Commented] = [
+        (f"query = (fill({(n, case.num_kv_heads, MAX_GROUP, case.head_dim)}, {case.salt})[:, :, :{case.group}].reshape({n}, {case.num_heads}, {case.head_dim}){boost}).to({dt})", "", ""),
+        (f"keys, values = fill({kv}, {case.salt + 1}), fill({kv}, {case.salt + 2})", "logical order: sequence 0's blocks, then sequence 1's, ...", "逻辑顺序：先是序列 0 的块，再是序列 1 的，……"),
+        (f"key_cache, value_cache = keys{where}.to({dt}), values{where}.to({dt})", *(("the blocks in shuffled physical order", "块按打乱的物理顺序存放") if where else ("", ""))),
     ]
     if case.poison:
-        lines.append(f"key_cache[{case.unread}] = value_cache[{case.unread}] = float('nan')  # blocks no sequence reads")
-        for n, row in zip(case.seq_lens, case.tables, strict=True):
-            if n % case.block_size:
-                slot = f"{row[(n - 1) // case.block_size]}, {n % case.block_size}:"
-                lines.append(f"key_cache[{slot}] = value_cache[{slot}] = float('nan')  # unused tail slots")
-    lines.append(f"block_tables = torch.tensor({case.tables}, dtype=torch.{case.index_dtype})")
-    lines.append(f"seq_lens = torch.tensor({list(case.seq_lens)}, dtype=torch.{case.index_dtype})")
+        lines.append((f"key_cache[{case.unread}] = value_cache[{case.unread}] = float('nan')", "blocks no sequence reads", "没有序列读取的块"))
+        for n_, row in zip(case.seq_lens, case.tables, strict=True):
+            if n_ % case.block_size:
+                slot = f"{row[(n_ - 1) // case.block_size]}, {n_ % case.block_size}:"
+                lines.append((f"key_cache[{slot}] = value_cache[{slot}] = float('nan')", "unused tail slots", "未使用的尾部槽位"))
+    lines.append((f"block_tables = torch.tensor({case.tables}, dtype=torch.{case.index_dtype})", "", ""))
+    lines.append((f"seq_lens = torch.tensor({list(case.seq_lens)}, dtype=torch.{case.index_dtype})", "", ""))
     if case.device != "cpu":
-        lines.append(f"query, key_cache, value_cache, block_tables, seq_lens = (t.to('{case.device}') for t in (query, key_cache, value_cache, block_tables, seq_lens))")
+        lines.append((f"query, key_cache, value_cache, block_tables, seq_lens = (t.to('{case.device}') for t in (query, key_cache, value_cache, block_tables, seq_lens))", "", ""))
     return lines
 
 
-def preamble(dense: bool) -> list[str]:
-    return ["import math, torch", *FILL_SOURCE, *(ATTEND_SOURCE if dense else ())]
+def preamble(dense: bool) -> list[Commented]:
+    fill, *fill_body = FILL_SOURCE
+    lines: list[Commented] = [
+        ("import math, torch", "", ""),
+        (fill, "exact in every dtype: multiples of 1/64 in [-2, 2]", "在每种 dtype 中都精确：[-2, 2] 中 1/64 的整数倍"),
+        *((line, "", "") for line in fill_body),
+    ]
+    if dense:
+        attend, *attend_body = ATTEND_SOURCE
+        lines.append((attend, "one sequence, float64: q [heads, d]; k, v [tokens, kv_heads, d]", "一个序列，float64：q [heads, d]；k、v [tokens, kv_heads, d]"))
+        lines += [(line, "", "") for line in attend_body]
+    return lines
 
 
-def expected_line(case: Case) -> str:
+def expected_line(case: Case) -> Commented:
     """Code computing the expected output in float64 from the logical keys and values."""
     scale = case.scale if case.scale is not None else 1.0 / math.sqrt(case.head_dim)
     spans, start = [], 0
@@ -199,8 +212,9 @@ def expected_line(case: Case) -> str:
         start += need
     return (
         "expected = torch.stack([attend(query[i].double().cpu(), keys.flatten(0, 1)[a:a + n].double(), "
-        f"values.flatten(0, 1)[a:a + n].double(), {scale!r}) for i, (a, n) in enumerate({spans})])"
-        "  # each sequence's tokens, in logical order"
+        f"values.flatten(0, 1)[a:a + n].double(), {scale!r}) for i, (a, n) in enumerate({spans})])",
+        "each sequence's tokens, in logical order",
+        "每个序列的 token，按逻辑顺序",
     )
 
 

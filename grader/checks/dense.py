@@ -35,7 +35,7 @@ def fill(shape: tuple[int, ...], salt: int) -> np.ndarray:
 
 
 FILL_SOURCE = (
-    "def fill(shape, salt):  # exact in every dtype: multiples of 1/64 in [-2, 2]",
+    "def fill(shape, salt):",
     "    a = (torch.arange(math.prod(shape)) + salt * 1000003) % 2**31",
     "    x = (a * 1103515245 + 12345) % 2**31",
     "    x = ((x ^ (x >> 11)) * 1664525 + 1013904223) % 2**31",
@@ -44,7 +44,7 @@ FILL_SOURCE = (
 # The reproduction's expected value: plain attention over one sequence's keys and values,
 # given in logical order (the reproduction keeps them), so it never reads a block table.
 ATTEND_SOURCE = (
-    "def attend(q, k, v, scale):  # one sequence in float64: q [heads, d]; k, v [tokens, kv_heads, d]",
+    "def attend(q, k, v, scale):",
     "    group = q.shape[0] // k.shape[1]",
     "    return torch.stack([torch.softmax(scale * (k[:, h // group] @ q[h]), 0) @ v[:, h // group] for h in range(q.shape[0])])",
 )

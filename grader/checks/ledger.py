@@ -84,7 +84,7 @@ def check_case(ctx: ItemContext, d: dict[str, int], style: str) -> None:
         raise student_error(ctx, reply, "estimate_kv_cache_bytes", LABEL)
     got = as_dict(reply.value)
     if got is None:
-        script.expect("isinstance(ledger, dict)", "expected a dict, got {type(ledger).__name__}")
+        script.expect("isinstance(ledger, dict)", "expected a dict, got {type(ledger).__name__}", "应返回 dict，实际 {type(ledger).__name__}")
         raise ctx.fail("wrong", "返回值应当是 dict", "the result should be a dict", expected="dict", actual=show(reply.value))
     want = expected(d, style)
     for item, fields in FIELDS_OF.items():
@@ -97,18 +97,18 @@ def check_case(ctx: ItemContext, d: dict[str, int], style: str) -> None:
         if not ctx.focused(item):
             ctx.record(item, problem[2], problem[3])
             continue
-        condition, message, zh, en, expected_text, actual = problem
-        script.expect(condition, message)
+        condition, messages, zh, en, expected_text, actual = problem
+        script.expect(condition, *messages)
         raise ctx.fail("wrong", zh, en, expected=expected_text, actual=actual)
 
 
-def _problem(got: dict[str, Any], want: dict[str, int], fields: tuple[str, ...]) -> tuple[str, str, str, str, str, str] | None:
+def _problem(got: dict[str, Any], want: dict[str, int], fields: tuple[str, ...]) -> tuple[str, tuple[str, str], str, str, str, str] | None:
     for name in fields:
         value, target = got.get(name), want[name]
         if type(value) is not int:
             return (
                 f"type(ledger[{name!r}]) is int",
-                f"{name} should be an exact int, got {{ledger[{name!r}]!r}}",
+                (f"{name} should be an exact int, got {{ledger[{name!r}]!r}}", f"{name} 应为精确的 int，实际 {{ledger[{name!r}]!r}}"),
                 f"{name} 应当是精确的 int（不要用 / 做除法、不要转成 float 或张量）",
                 f"{name} should be an exact int (no / division, no float, no tensor)",
                 f"int {target}",
@@ -117,7 +117,7 @@ def _problem(got: dict[str, Any], want: dict[str, int], fields: tuple[str, ...])
         if value != target:
             return (
                 f"ledger[{name!r}] == {target}",
-                f"{name}: expected {target}, got {{ledger[{name!r}]}}",
+                (f"{name}: expected {target}, got {{ledger[{name!r}]}}", f"{name}：应为 {target}，实际 {{ledger[{name!r}]}}"),
                 f"{name} 计算错误：应为 {target}，实际 {value}",
                 f"{name} is wrong: expected {target}, got {value}",
                 str(target),

@@ -42,7 +42,7 @@ PROPS = {
     "prefill": {"count": "todo2.block_count", "own": "todo2.ownership", "oom": "todo2.oom_atomic"},
     "decode": {"count": "todo3.growth", "own": "todo3.ownership", "oom": "todo3.oom_rollback"},
 }
-Assert = tuple[str, str]  # (condition, f-string message)
+Assert = tuple[str, ...]  # (condition, f-string message in English[, in Chinese])
 
 
 @dataclass
@@ -175,8 +175,8 @@ class Pool:
                 witness = self.script.copy()
                 del witness.lines[o.start :]
                 witness.lines += [Line(o.capture), *(call or [Line(o.step)])]
-                for condition, message in asserts:
-                    witness.expect(condition, message)
+                for check in asserts:
+                    witness.expect(*check)
                 self.ctx.missed(prop, witness)
             # Another item's failure (or a survey): the script must run past this step on the student's code
             # (it may have raised) and on a correct solution (which may raise here, or later).
@@ -184,8 +184,8 @@ class Pool:
             self.diverged = True
             return
         self._finish(o.start, [Line(o.capture), *(call or [Line(o.step)])])
-        for condition, message in asserts:
-            self.script.expect(condition, message)
+        for check in asserts:
+            self.script.expect(*check)
         picture = {"kind": "pool", "num_blocks": self.num_blocks, "step": o.step, "before": o.before.picture(), "after": o.after.picture(), "highlight": sorted(set(highlight))}
         raise self.ctx.fail("wrong", zh, en, expected=expected, actual=actual, picture=picture)
 
@@ -197,8 +197,8 @@ class Pool:
         del witness.lines[o.start:]
         witness.add(o.capture)
         witness.add(o.step)
-        for condition, message in asserts:
-            witness.expect(condition, message)
+        for check in asserts:
+            witness.expect(*check)
         self.ctx.missed(key, witness)
 
     def _given(self, key: str, zh: str, en: str, expected: str, actual: str, asserts: list[Assert] = (), start: int | None = None) -> None:
@@ -210,8 +210,8 @@ class Pool:
             del script.lines[start:]
             script.add("free_before, table_before = list(m.free_blocks), list(" + step[step.index("(") + 1 : -1] + ".block_table)")
             script.add(step)
-        for condition, message in asserts:
-            script.expect(condition, message)
+        for check in asserts:
+            script.expect(*check)
         self.ctx.given_finding(key, zh, en, expected=expected, actual=actual, script=script)
 
     # -- requests ---------------------------------------------------------------------------
@@ -273,8 +273,8 @@ class Pool:
         if len(table) != needed or seq_len != req.seq_len:
             self._violation(
                 props["count"], o,
-                [(f"len({n}.block_table) == {needed}", f"ceil({req.seq_len} / {self.block_size}) = {needed} blocks expected, got {{{n}.block_table}}"),
-                 (f"{n}.seq_len == {req.seq_len}", f"prefill must not change seq_len: {req.seq_len} -> {{{n}.seq_len}}")],
+                [(f"len({n}.block_table) == {needed}", f"ceil({req.seq_len} / {self.block_size}) = {needed} blocks expected, got {{{n}.block_table}}", f"应分配 ceil({req.seq_len} / {self.block_size}) = {needed} 个块，实际 {{{n}.block_table}}"),
+                 (f"{n}.seq_len == {req.seq_len}", f"prefill must not change seq_len: {req.seq_len} -> {{{n}.seq_len}}", f"prefill 不能改变 seq_len：{req.seq_len} -> {{{n}.seq_len}}")],
                 f"prompt_len={req.seq_len}、block_size={self.block_size} 时 prefill 应分配 ceil({req.seq_len} / {self.block_size}) = {needed} 个块且不改 seq_len，实际块表 {table}、seq_len={seq_len}",
                 f"prompt_len={req.seq_len}, block_size={self.block_size}: prefill should take ceil({req.seq_len} / {self.block_size}) = {_blocks(needed)} and leave seq_len alone; got block_table={table}, seq_len={seq_len}",
                 expected=f"{_blocks(needed)}, seq_len={req.seq_len}", actual=f"block_table={table}, seq_len={seq_len}", highlight=table,
@@ -282,7 +282,7 @@ class Pool:
         else:
             self.ctx.count(props["count"])
         if not table:
-            self._missed(props["own"], o, [(f"len({n}.block_table) > 0", f"prefill should take blocks from the free list: {n}.block_table = {{{n}.block_table}}")])
+            self._missed(props["own"], o, [(f"len({n}.block_table) > 0", f"prefill should take blocks from the free list: {n}.block_table = {{{n}.block_table}}", f"prefill 应从空闲列表取块：{n}.block_table = {{{n}.block_table}}")])
         elif self._check_ownership(props["own"], o, table, f"{n}.block_table", "prefill"):
             self.ctx.count(props["own"])
         self._finish(o.start, self._written(o, expected_oom=False))
@@ -328,10 +328,11 @@ class Pool:
         if seq_len != old_len + 1 or table[: len(old_table)] != old_table or len(table) != want:
             self._violation(
                 props["count"], o,
-                [(f"{n}.seq_len == len_before + 1", f"decode adds one token: seq_len {{len_before}} -> {{{n}.seq_len}}"),
-                 (f"{n}.block_table[:len(table_before)] == table_before", f"decode must keep the blocks held: {{table_before}} -> {{{n}.block_table}}"),
+                [(f"{n}.seq_len == len_before + 1", f"decode adds one token: seq_len {{len_before}} -> {{{n}.seq_len}}", f"decode 应增加一个 token：seq_len {{len_before}} -> {{{n}.seq_len}}"),
+                 (f"{n}.block_table[:len(table_before)] == table_before", f"decode must keep the blocks held: {{table_before}} -> {{{n}.block_table}}", f"decode 必须保留已持有的块：{{table_before}} -> {{{n}.block_table}}"),
                  (f"len({n}.block_table) == len(table_before) + (len_before + 1 > len(table_before) * {bs})",
-                  f"block_size={bs}: one more block exactly when the new token does not fit; seq_len {{len_before}}, block_table {{table_before}} -> {{{n}.block_table}}")],
+                  f"block_size={bs}: one more block exactly when the new token does not fit; seq_len {{len_before}}, block_table {{table_before}} -> {{{n}.block_table}}",
+                  f"block_size={bs}：只有新 token 放不下时才多一个块；seq_len {{len_before}}，块表 {{table_before}} -> {{{n}.block_table}}")],
                 f"decode 后应为 seq_len={old_len + 1}、{want} 个块（原有块保持不变{'，追加一个新块' if grows else '，不追加'}；block_size={bs}），实际 seq_len={seq_len}、块表 {table}",
                 f"after decode expected seq_len={old_len + 1} and {_blocks(want)} (held blocks kept{', one appended' if grows else ', none added'}; block_size={bs}); got seq_len={seq_len}, block_table={table}",
                 expected=f"seq_len={old_len + 1}, {_blocks(want)} starting {old_table}", actual=f"seq_len={seq_len}, block_table={table}",
@@ -342,7 +343,7 @@ class Pool:
         added = [b for b in table if b not in old_table]
         if not added:
             if grows:
-                self._missed(props["own"], o, [("len(m.free_blocks) == len(free_before) - 1", "decode past a full block should take one free block: free_blocks {free_before} -> {m.free_blocks}")])
+                self._missed(props["own"], o, [("len(m.free_blocks) == len(free_before) - 1", "decode past a full block should take one free block: free_blocks {free_before} -> {m.free_blocks}", "块已满时 decode 应取走一个空闲块：free_blocks {free_before} -> {m.free_blocks}")])
         elif self._check_ownership(props["own"], o, added, f"[b for b in {n}.block_table if b not in table_before]", "decode"):
             self.ctx.count(props["own"])
         self._finish(o.start, self._written(o, expected_oom=False))
@@ -358,14 +359,14 @@ class Pool:
         held = [b for _, t in after.requests.values() for b in t]
         if not_free or len(set(taken)) != len(taken):
             problem = (
-                (f"all(b in free_before for b in {taken_expr}) and len(set({taken_expr})) == len({taken_expr})", f"blocks taken must be distinct and free before the call: took {{{taken_expr}}}, free_blocks was {{free_before}}"),
+                (f"all(b in free_before for b in {taken_expr}) and len(set({taken_expr})) == len({taken_expr})", f"blocks taken must be distinct and free before the call: took {{{taken_expr}}}, free_blocks was {{free_before}}", f"取走的块必须互不重复且调用前空闲：取走 {{{taken_expr}}}，调用前 free_blocks 为 {{free_before}}"),
                 f"取走的块 {taken} 必须互不重复，且调用前在空闲列表中（{before.free}）",
                 f"the blocks taken, {taken}, must be distinct and free before the call (free_blocks {before.free})",
                 not_free or taken,
             )
         elif sorted(after.free) != sorted(remaining.elements()):
             problem = (
-                (f"sorted(m.free_blocks) == sorted(b for b in free_before if b not in {taken_expr})", "free_blocks should lose exactly the blocks taken: {free_before} -> {m.free_blocks}"),
+                (f"sorted(m.free_blocks) == sorted(b for b in free_before if b not in {taken_expr})", "free_blocks should lose exactly the blocks taken: {free_before} -> {m.free_blocks}", "空闲列表应当恰好去掉取走的块：{free_before} -> {m.free_blocks}"),
                 f"空闲列表应当恰好去掉取走的块：{before.free} -> {after.free}",
                 f"free_blocks should lose exactly the blocks taken: {before.free} -> {after.free}",
                 sorted(set(after.free) ^ set(remaining.elements())),
@@ -373,7 +374,7 @@ class Pool:
         elif o.others_changed:
             others = self._others(o.req)
             problem = (
-                (f"[(r.seq_len, r.block_table) for r in {others}] == others_before", f"other requests changed: {{others_before}} -> {{[(r.seq_len, r.block_table) for r in {others}]}}"),
+                (f"[(r.seq_len, r.block_table) for r in {others}] == others_before", f"other requests changed: {{others_before}} -> {{[(r.seq_len, r.block_table) for r in {others}]}}", f"其他请求被改动：{{others_before}} -> {{[(r.seq_len, r.block_table) for r in {others}]}}"),
                 f"改动了其他请求 {o.others_changed}",
                 f"it changed other requests: {o.others_changed}",
                 [b for name in o.others_changed for b in after.requests[name][1]],
@@ -384,7 +385,8 @@ class Pool:
             everyone = self._others()
             problem = (
                 (f"sorted(m.free_blocks + [b for r in {everyone} for b in r.block_table]) == list(range({self.num_blocks}))",
-                 f"every block must be free or in exactly one block_table: free_blocks={{m.free_blocks}}, tables={{[r.block_table for r in {everyone}]}}"),
+                 f"every block must be free or in exactly one block_table: free_blocks={{m.free_blocks}}, tables={{[r.block_table for r in {everyone}]}}",
+                 f"每个块要么空闲、要么恰好在一个块表中：free_blocks={{m.free_blocks}}，块表 {{[r.block_table for r in {everyone}]}}"),
                 f"块 {sorted(set(bad))} 没有恰好出现在一处（空闲列表或某一个块表）",
                 f"block(s) {sorted(set(bad))} are not in exactly one place (the free list or one block_table)",
                 bad,
@@ -420,16 +422,17 @@ class Pool:
             Line("try:"),
             Line(f"    {o.step}"),
             Line("except RuntimeError as error:"),
-            Line('    assert "OOM" in str(error), f"the message should contain OOM: {error}"'),
+            Line('    assert "OOM" in str(error), f"the message should contain OOM: {error}"', code_zh='    assert "OOM" in str(error), f"错误信息应包含 OOM：{error}"'),
             Line("else:"),
-            Line(f"    assert not ({condition}), f\"{where}: RuntimeError('OOM ...') expected\""),
+            Line(f"    assert not ({condition}), f\"{where}: RuntimeError('OOM ...') expected\"", code_zh=f"    assert not ({condition}), f\"{where_zh}：应抛出 RuntimeError('OOM ...')\""),
         ]
         asserts = [
             (f"m.free_blocks == free_before and ({n}.seq_len, {n}.block_table) == (len_before, table_before)",
-             f"a failed call must change nothing: free_blocks {{free_before}} -> {{m.free_blocks}}, {n}: ({{len_before}}, {{table_before}}) -> ({{{n}.seq_len}}, {{{n}.block_table}})"),
+             f"a failed call must change nothing: free_blocks {{free_before}} -> {{m.free_blocks}}, {n}: ({{len_before}}, {{table_before}}) -> ({{{n}.seq_len}}, {{{n}.block_table}})",
+             f"失败的调用不能改变任何状态：free_blocks {{free_before}} -> {{m.free_blocks}}，{n}：({{len_before}}, {{table_before}}) -> ({{{n}.seq_len}}, {{{n}.block_table}})"),
         ]
         if len(self.requests) > 1:
-            asserts.append((f"[(r.seq_len, r.block_table) for r in {self._others(req)}] == others_before", "a failed call must not change other requests"))
+            asserts.append((f"[(r.seq_len, r.block_table) for r in {self._others(req)}] == others_before", "a failed call must not change other requests", "失败的调用不能改动其他请求"))
         highlight = sorted(set(o.after.free) ^ set(o.before.free)) + [b for b in table if b not in req.table]
         self._violation(prop, o, asserts, zh, en, expected=expected, actual=actual, highlight=highlight, call=call)
 
@@ -438,7 +441,7 @@ class Pool:
         error = reply.error or {}
         message = str(error.get("message", ""))[:300]
         if raised(reply, "RuntimeError"):
-            call = [Line("try:"), Line(f"    {o.step}"), Line("except RuntimeError as error:"), Line(f'    assert {short}, f"spurious OOM ({where}): {{error}}"')]
+            call = [Line("try:"), Line(f"    {o.step}"), Line("except RuntimeError as error:"), Line(f'    assert {short}, f"spurious OOM ({where}): {{error}}"', code_zh=f'    assert {short}, f"不应报 OOM（{where_zh}）：{{error}}"')]
             self._violation(props["oom"], o, [], f"不应报 OOM（{where_zh}）", f"spurious OOM ({where})", expected="success", actual=f"{error.get('type')}: {message}", highlight=[], call=call)
             return
         if not self.ctx.focused(props["count"]):
@@ -489,7 +492,7 @@ class Pool:
                 "release_request did not return every block to the free list (sorted) and empty the table",
                 f"free_blocks={want}, block_table=[]",
                 f"free_blocks={after.free}, block_table={after.requests[n][1]}",
-                [(f"m.free_blocks == sorted(free_before + table_before) and {n}.block_table == []", f"release_request should give back {{table_before}} (free_blocks sorted) and empty the table: free_blocks={{m.free_blocks}}, {n}.block_table={{{n}.block_table}}")],
+                [(f"m.free_blocks == sorted(free_before + table_before) and {n}.block_table == []", f"release_request should give back {{table_before}} (free_blocks sorted) and empty the table: free_blocks={{m.free_blocks}}, {n}.block_table={{{n}.block_table}}", f"release_request 应归还 {{table_before}}（空闲列表排好序）并清空块表：free_blocks={{m.free_blocks}}，{n}.block_table={{{n}.block_table}}")],
                 None if guarded else start,
             )
             # From here on the state is the given code's doing: no TODO can be judged on it.

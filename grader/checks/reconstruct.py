@@ -74,13 +74,14 @@ def pool_values(ex: Example, table: list[int], seq_len: int, write: int) -> np.n
     return pool
 
 
-def set_up_lines(ex: Example) -> list[str]:
+def set_up_lines(ex: Example) -> list[tuple[str, str, str]]:
     bs, hd = ex.block_size, ex.head_dim
-    return [
+    plain = [
         f"m = KVCacheManager(num_blocks={ex.num_blocks}, block_size={bs}, head_dim={hd})",
         f"r = Request(request_id=0, prompt_len={ex.seq_len})",
         f"r.block_table = {list(ex.table)}",
-        "def fill(write):  # the slots r reads hold 10000 * write + 100 * block + slot + d / 100; every other slot NaN",
+    ]
+    body = [
         "    m.physical_kv_cache.fill_(float('nan'))",
         "    for p in range(r.seq_len):",
         f"        b, s = r.block_table[p // {bs}], p % {bs}",
@@ -88,6 +89,11 @@ def set_up_lines(ex: Example) -> list[str]:
         "def expected():",
         f"    return torch.stack([m.physical_kv_cache[r.block_table[p // {bs}], p % {bs}] for p in range(r.seq_len)])",
         "fill(0)",
+    ]
+    return [
+        *((line, "", "") for line in plain),
+        ("def fill(write):", "the slots r reads hold 10000 * write + 100 * block + slot + d / 100; every other slot NaN", "r 读取的槽位为 10000 * write + 100 * 块 + 槽 + d / 100；其余槽位为 NaN"),
+        *((line, "", "") for line in body),
     ]
 
 
@@ -151,8 +157,8 @@ def _read(ctx: ItemContext, manager: int, request: int, ex: Example, table: list
     try:
         answer = decode(reply.value)
     except (TypeError, ValueError):
-        return Problem(index, "get_physical_cache 应返回 torch.Tensor", "get_physical_cache should return a torch.Tensor", "a tensor", str(reply.value)[:200], [("isinstance(out, torch.Tensor)", "expected a tensor, got {type(out).__name__}")])
-    shape_check = ("tuple(out.shape) == tuple(expected().shape)", "expected shape [seq_len, head_dim] = {list(expected().shape)}, got {list(out.shape)}")
+        return Problem(index, "get_physical_cache 应返回 torch.Tensor", "get_physical_cache should return a torch.Tensor", "a tensor", str(reply.value)[:200], [("isinstance(out, torch.Tensor)", "expected a tensor, got {type(out).__name__}", "应返回张量，实际 {type(out).__name__}")])
+    shape_check = ("tuple(out.shape) == tuple(expected().shape)", "expected shape [seq_len, head_dim] = {list(expected().shape)}, got {list(out.shape)}", "形状应为 [seq_len, head_dim] = {list(expected().shape)}，实际 {list(out.shape)}")
     if answer.shape != want.shape:
         return Problem(
             index,
@@ -174,7 +180,7 @@ def _read(ctx: ItemContext, manager: int, request: int, ex: Example, table: list
         f"logical position {bad} should come from physical block {block}, slot {slot} (block-table order, the pool as it is now); got {_describe(got, 'en')}",
         str(want[bad].tolist()),
         str(got),
-        [shape_check, ("torch.equal(out.float(), expected())", f"row {bad} should be block {block} slot {slot}: expected {{expected()[{bad}].tolist()}}, got {{out[{bad}].tolist()}}")],
+        [shape_check, ("torch.equal(out.float(), expected())", f"row {bad} should be block {block} slot {slot}: expected {{expected()[{bad}].tolist()}}, got {{out[{bad}].tolist()}}", f"第 {bad} 行应来自块 {block} 槽 {slot}：期望 {{expected()[{bad}].tolist()}}，实际 {{out[{bad}].tolist()}}")],
     )
 
 
@@ -204,8 +210,8 @@ def _describe(values: list[float] | str, lang: str) -> str:
 
 def check_example(ctx: ItemContext, ex: Example) -> None:
     script = ctx.begin(lambda: check_example(ctx, ex))
-    for line in set_up_lines(ex):
-        script.add(line)
+    for code, en, zh in set_up_lines(ex):
+        script.add(code, en, zh)
     problem = run_example(ctx, ex, script)
     if problem is None:
         return
@@ -229,8 +235,8 @@ def check_example(ctx: ItemContext, ex: Example) -> None:
     if not ctx.focused(owner):
         ctx.record(owner, problem.zh, problem.en)
         return
-    for condition, message in problem.asserts:
-        script.expect(condition, message)
+    for check in problem.asserts:
+        script.expect(*check)
     raise ctx.fail("wrong", problem.zh, problem.en, expected=problem.expected, actual=problem.actual)
 
 

@@ -18,14 +18,16 @@ class Line:
     code: str  # "" for a comment-only line
     en: str = ""
     zh: str = ""
+    code_zh: str = ""  # the same code with its assert message in Chinese (empty: `code`)
 
     def render(self, lang: str) -> str:
         comment = self.zh if lang == "zh" and self.zh else self.en
+        code = self.code_zh if lang == "zh" and self.code_zh else self.code
         if not comment:
-            return self.code
-        if not self.code:
+            return code
+        if not code:
             return f"# {comment}"
-        return f"{self.code}  # {comment}"
+        return f"{code}  # {comment}"
 
 
 @dataclass
@@ -38,15 +40,17 @@ class Script:
     def note(self, en: str, zh: str) -> None:
         self.lines.append(Line("", en, zh))
 
-    def expect(self, condition: str, message: str, en: str = "", zh: str = "") -> None:
+    def expect(self, condition: str, message: str, message_zh: str = "") -> None:
         """An assert whose message (an f-string body) shows the expected and the actual value.
 
         The message is written between double quotes, so its expressions use single quotes
         (an f-string of Python 3.11 cannot nest the same quote or hold a backslash).
         """
-        if '"' in message or "\\" in message:
-            raise ValueError(f"an assert message for a reproduction cannot hold a double quote or backslash: {message}")
-        self.add(f'assert {condition}, f"{message}"', en, zh)
+        for text in (message, message_zh):
+            if '"' in text or "\\" in text:
+                raise ValueError(f"an assert message for a reproduction cannot hold a double quote or backslash: {text}")
+        code_zh = f'assert {condition}, f"{message_zh}"' if message_zh else ""
+        self.lines.append(Line(f'assert {condition}, f"{message}"', code_zh=code_zh))
 
     def copy(self) -> Script:
         return Script(list(self.lines))
