@@ -22,7 +22,6 @@ import hashlib
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -174,6 +173,7 @@ def show(outcome: CheckResult) -> None:
 
 def grade_history(cells: list[tuple[int, str]], name: str, todos: list[str], timeout: float | None = None) -> GradeResult:
     """Grade (number, source) cells in a fresh grader process; the sanitised result."""
+    from grader.runner import stop_grader
     from grader.sanitize import sanitize_result
 
     with tempfile.TemporaryDirectory(prefix="pa-check-") as tmp:
@@ -188,26 +188,13 @@ def grade_history(cells: list[tuple[int, str]], name: str, todos: list[str], tim
         try:
             output, _ = child.communicate(timeout=timeout)
         except BaseException:  # Ctrl-C in the notebook, or the timeout: the grader and its sandbox stop
-            _stop(child)
+            stop_grader(child)
             raise
         if child.returncode != 0 or not answer.exists():
             tail = output.decode("utf-8", "replace")[-800:]
             raise RuntimeError(f"exit status {child.returncode}: {tail}")
         data = json.loads(answer.read_text(encoding="utf-8"))
     return sanitize_result(GradeResult.from_dict(data))
-
-
-def _stop(child: subprocess.Popen[bytes]) -> None:
-    for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, None)):
-        try:
-            os.killpg(child.pid, sig)
-        except ProcessLookupError:  # already gone
-            pass
-        try:
-            child.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def _import_root() -> str:

@@ -84,7 +84,7 @@ class Runner:
                     timed_out = False
                 except subprocess.TimeoutExpired:
                     timed_out = True
-                    _stop(child)
+                    stop_grader(child)
                 finally:
                     with self._lock:
                         self._children.discard(child)
@@ -123,24 +123,24 @@ class Runner:
             self.stopping.set()
             children = list(self._children)
         for child in children:
-            _signal(child, signal.SIGINT)  # all at once, then wait for each
+            signal_group(child, signal.SIGINT)  # all at once, then wait for each
         for child in children:
-            _stop(child)
+            stop_grader(child)
 
 
-def _signal(child: subprocess.Popen, sig: int) -> None:
+def signal_group(child: subprocess.Popen, sig: int) -> None:
     try:
         os.killpg(child.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
 
 
-def _stop(child: subprocess.Popen, grace_s: float = 5.0) -> None:
+def stop_grader(child: subprocess.Popen, grace_s: float = 5.0) -> None:
     """SIGINT first (the grader then shuts its sandbox down), SIGKILL for whatever is left."""
-    _signal(child, signal.SIGINT)
+    signal_group(child, signal.SIGINT)
     try:
         child.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
         pass
-    _signal(child, signal.SIGKILL)  # the grader if it is still there, and anything left in its group
+    signal_group(child, signal.SIGKILL)  # the grader if it is still there, and anything left in its group
     child.wait()

@@ -23,7 +23,7 @@ from pathlib import Path
 import grader
 from grader.audit.mutants import Mutant
 from grader.results import FAILED, GradeResult
-from grader.runner import _signal, _stop
+from grader.runner import signal_group, stop_grader
 
 KILLED, SURVIVED, INVALID, ERROR = "killed", "survived", "invalid", "error"
 
@@ -106,7 +106,7 @@ class Runner:
                     timed_out = False
                 except subprocess.TimeoutExpired:
                     timed_out = True
-                    _stop(child)
+                    stop_grader(child)
                 finally:
                     with self._lock:
                         self._children.discard(child)
@@ -130,9 +130,9 @@ class Runner:
             self.stopping.set()
             children = list(self._children)
         for child in children:
-            _signal(child, signal.SIGINT)  # SIGINT to all first, so they shut down side by side
+            signal_group(child, signal.SIGINT)  # SIGINT to all first, so they shut down side by side
         for child in children:
-            _stop(child)
+            stop_grader(child)
 
 
 def grade_all(
