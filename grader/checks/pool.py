@@ -445,7 +445,8 @@ class Pool:
             self._violation(props["oom"], o, [], f"不应报 OOM（{where_zh}）", f"spurious OOM ({where})", expected="success", actual=f"{error.get('type')}: {message}", highlight=[], call=call)
             return
         if not self.ctx.focused(props["count"]):
-            self._missed(props["own"], o, [])  # the call itself raises: no block could be followed
+            for prop in (props["own"], props["oom"]):  # the call itself raises: nothing else could be checked
+                self._missed(prop, o, [])
             self._violation(props["count"], o, [], f"{o.step} 意外抛出 {error.get('type')}", f"{o.step} raised {error.get('type')}", expected="", actual="", highlight=[])
             return
         self._finish(o.start, [Line(o.step)])
