@@ -90,6 +90,7 @@ def grade_submission(submission: Submission, config: Config, device: str, todos:
         from grader.checks import CHECKS, REQUIRED_NAMES
 
         loader.join()
+        result.isolation = sandbox.isolation_report()
         report = sandbox.report
         assert report is not None
         result.cells = [

@@ -38,15 +38,19 @@ import pytest
 from grader.config import Config, load_config
 from grader.grade import grade_path
 from grader.results import GradeResult
-from grader.sandbox.client import descendants, isolation
+from grader.sandbox.client import descendants
+from grader.sandbox.isolation import probe
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow
 
 HOSTILE = ROOT / "tests" / "corpus" / "hostile"
-ISOLATION = isolation()
-needs_files = pytest.mark.skipif(not ISOLATION["files"], reason="needs Landlock (Linux 5.13+) to confine file access")
-needs_signals = pytest.mark.skipif(not ISOLATION["signals"], reason="needs Landlock signal scoping (Linux 6.12+)")
+ISOLATION = probe()  # what a sandbox gets on this machine: namespaces, cgroup, Landlock ABI
+FILES = ISOLATION["landlock"] >= 1  # Landlock confines file access (Linux 5.13+)
+SIGNALS = ISOLATION["landlock"] >= 6  # Landlock scopes signals (Linux 6.12+)
+PID_NS = "pid" in ISOLATION["namespaces"]
+needs_files = pytest.mark.skipif(not FILES, reason="needs Landlock (Linux 5.13+) to confine file access")
+needs_signals = pytest.mark.skipif(not SIGNALS, reason="needs Landlock signal scoping (Linux 6.12+)")
 MARKERS = ("4242.4242", "4243.4243", "4244.4244")  # the sleeps hang_orphans.py leaves behind
 
 
@@ -128,7 +132,11 @@ EXPECT: dict[str, Expect] = {
         failed=fail(TODO["todo1"], "crashed"), cells={2: "crashed", 3: "crashed", 4: "crashed", 5: "ok"}, words={"todo1.per_token": ("过大", "too large")}
     ),
     "fd_tamper.py": Expect(failed=fail(TODO["todo4"], "crashed"), cells={2: "crashed"}),
-    "kill_judge.ipynb": Expect(cells={2: "error", 3: "error", 4: "crashed", 5: "ok"}, cell_types={2: "PermissionError", 3: "PermissionError"}),
+    # In a PID namespace the "grandparent" cell 3 finds is pid 0, and kill(0) is its own process group.
+    "kill_judge.ipynb": Expect(
+        cells={2: "error", 3: "crashed" if PID_NS else "error", 4: "crashed", 5: "ok"},
+        cell_types={2: "PermissionError", **({} if PID_NS else {3: "PermissionError"})},
+    ),
     "cheat_import_reference.py": Expect(failed=fail(EVERYTHING, "missing"), flagged=True, cells={1: "error"}, cell_types={1: "ImportError"}),
     "cheat_import_grader.py": Expect(failed=fail(EVERYTHING, "integrity"), flagged=True),
     "cheat_obfuscated.py": Expect(failed=fail(EVERYTHING, "missing", "integrity"), flagged=True),  # integrity: read the key (no Landlock)
@@ -208,9 +216,9 @@ def test_every_case_has_a_header_and_an_expectation() -> None:
 
 @pytest.mark.parametrize("name", CASES)
 def test_hostile_case(name: str) -> None:
-    if name == "kill_judge.ipynb" and not ISOLATION["signals"]:
+    if name == "kill_judge.ipynb" and not SIGNALS:
         pytest.skip("without Landlock signal scoping this submission would kill the test run itself")
-    if name in NEEDS_FILES and not ISOLATION["files"]:
+    if name in NEEDS_FILES and not FILES:
         pytest.skip("without Landlock this submission would write into /tmp and the judge's directory")
     expect = EXPECT[name]
     run = graded(name)
@@ -306,7 +314,7 @@ def test_lying_objects_get_no_points_for_the_lie() -> None:
 def test_judge_stays_healthy() -> None:
     """After every hostile case: no stray thread or descriptor, and a correct submission still scores 100."""
     for name in CASES:
-        if (name != "kill_judge.ipynb" or ISOLATION["signals"]) and (name not in NEEDS_FILES or ISOLATION["files"]):
+        if (name != "kill_judge.ipynb" or SIGNALS) and (name not in NEEDS_FILES or FILES):
             graded(name)
     threads = {t.name for t in threading.enumerate() if t.is_alive()}
     assert not [t for t in threads if t.startswith("pa-grade")], threads
