@@ -180,29 +180,43 @@ def remove(paths: list[str], timeout: float = 2.0) -> bool:
     return True
 
 
-def _sweep_stale() -> None:
-    """Remove empty cgroups left by gradings whose judge and keeper both died (named by the judge's pid)."""
+def _parents() -> set[str]:
+    """Where this process would make its gradings' cgroups."""
     mounts, own = _mounts(), _own()
     parents = set()
     for point, kind, opts in mounts:
         if kind == "cgroup" and ("memory" in opts or "pids" in opts):
             controller = "memory" if "memory" in opts else "pids"
-            parents.add(point + own.get(controller, "/"))
+            parents.add(os.path.normpath(point + own.get(controller, "/")))
         elif kind == "cgroup2":
             mine = os.path.normpath(point + own.get("", "/"))
             parents.add(mine if mine == os.path.normpath(point) else os.path.dirname(mine))
-    for parent in parents:
+    if os.environ.get(ROOT_VAR):
+        parents.add(os.environ[ROOT_VAR])
+    return parents
+
+
+def existing(judge_pid: int | None = None) -> list[str]:
+    """The gradings' cgroups that exist now (those of one judge, if given), where this process makes them."""
+    prefix = f"{PREFIX}{judge_pid}-" if judge_pid is not None else PREFIX
+    found = []
+    for parent in _parents():
         try:
-            entries = [e for e in os.listdir(parent) if e.startswith(PREFIX)]
+            found += [os.path.join(parent, e) for e in os.listdir(parent) if e.startswith(prefix)]
         except OSError:
             continue
-        for entry in entries:
-            owner = entry[len(PREFIX) :].split("-", 1)[0]
-            if owner.isdigit() and not _alive(int(owner)):
-                try:
-                    os.rmdir(os.path.join(parent, entry))  # refused while it holds a process: left alone
-                except OSError:
-                    pass
+    return sorted(found)
+
+
+def _sweep_stale() -> None:
+    """Remove empty cgroups left by gradings whose judge and keeper both died (named by the judge's pid)."""
+    for path in existing():
+        owner = os.path.basename(path)[len(PREFIX) :].split("-", 1)[0]
+        if owner.isdigit() and not _alive(int(owner)):
+            try:
+                os.rmdir(path)  # refused while it holds a process: left alone
+            except OSError:
+                pass
 
 
 def _alive(pid: int) -> bool:

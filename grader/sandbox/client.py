@@ -423,9 +423,18 @@ class Sandbox:
                 conn.close()
             except TimeoutError:
                 if self.process is None or self.process.poll() is not None:
-                    raise WorkerLost("exited", "the worker exited before connecting") from None
+                    raise WorkerLost("exited", f"the worker exited before connecting{self._last_words()}") from None
                 if not starting and not self._zygote_alive():
                     raise WorkerLost("exited", "the loaded submission is gone") from None
+
+    def _last_words(self) -> str:
+        """The worker's exit status and last line on stderr, for a start that failed (never student code)."""
+        if self.process is None or not self._captures:
+            return ""
+        err = self._captures[-1][1]
+        err.stop(wait=0.5)
+        lines = [line for line in err.text().splitlines() if line.strip()]
+        return f" (status {self.process.returncode}{': ' + lines[-1][:300] if lines else ''})"
 
     def _zygote_alive(self) -> bool:
         """Whether the process that ran the cells is still there (its control connection is open)."""
