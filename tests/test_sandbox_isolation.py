@@ -71,7 +71,7 @@ def _cell(index: int, source: str) -> Cell:
 
 def _loaded(sandbox: Sandbox) -> None:
     report = sandbox.load()
-    assert report.failed is None, report.failed
+    assert report.failed is None, (report.failed, sandbox.output()[0][-4000:])
     assert all(c.status == "ok" for c in report.cells), [(c.index, c.status, c.error) for c in report.cells]
 
 
@@ -313,3 +313,32 @@ def test_killing_the_worker_mid_load_leaves_no_uid_lock() -> None:
         assert sandbox.process is not None
         os.kill(sandbox.process.pid, signal.SIGKILL)
     assert _left_behind(sandbox, uid) == []
+
+
+def test_the_worker_survives_its_nest() -> None:
+    """The nest only waits: if it dies, init (now the keeper's child) and the loaded submission go on."""
+    with Sandbox(SOLUTION, CONFIG.limits) as sandbox:
+        _loaded(sandbox)
+        assert sandbox.process is not None
+        nest = _children(sandbox.process.pid)
+        assert len(nest) == 1
+        os.kill(nest[0], signal.SIGKILL)
+        time.sleep(0.3)
+        session = sandbox.session(time.monotonic() + 30)
+        reply = session.call("ledger", kwargs={"num_blocks": 1, "block_size": 1, "num_layers": 1, "num_kv_heads": 1, "head_dim": 1})
+        session.end()
+        assert reply.ok, reply.error
+        assert sandbox.process.poll() is None
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                stat = Path(entry.path, "stat").read_bytes()
+            except OSError:
+                continue
+            if int(stat[stat.rfind(b")") + 2 :].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found

@@ -415,10 +415,10 @@ class Sandbox:
             self.listener.settimeout(min(remaining, 0.2))
             try:
                 conn, _ = self.listener.accept()
-                above = _parent_of(_peer_pid(conn))
-                if starting:
-                    above = _parent_of(_parent_of(above))
-                if above == parent:
+                above = [_parent_of(_peer_pid(conn))]
+                if starting:  # keeper -> nest -> init -> zygote; init is the keeper's child if the nest died
+                    above += [_parent_of(above[-1]), _parent_of(_parent_of(above[-1]))]
+                if parent in above:
                     return conn
                 conn.close()
             except TimeoutError:

@@ -73,6 +73,9 @@ def enter(plan: dict[str, Any], lifeline: int | None, private_dir: str, roots: l
     wanted = plan.get("namespaces", True) is not False
     facts: dict[str, Any] = {"namespaces": [], "proc": False, "dev": False, "devices": [], "hidden": [], "fatal": None}
     _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    # Opened now: init rebuilds /dev in the mount namespace the nest shares, and an open of
+    # /dev/null by the nest at that moment would find nothing there.
+    devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
     hidden: list[str] = []
     keep: dict[str, int] = {}
     before = ipc.snapshot()
@@ -82,7 +85,7 @@ def enter(plan: dict[str, Any], lifeline: int | None, private_dir: str, roots: l
     if nest:
         for fd in (up_w, down_r):
             os.close(fd)
-        _keeper(nest, lifeline, private_dir, plan, up_r, down_w, before, drop)
+        _never_return(_keeper, nest, lifeline, private_dir, plan, up_r, down_w, before, drop, devnull)
     for fd in (up_r, down_w) + ((lifeline,) if lifeline is not None else ()):
         os.close(fd)
     flags = 0
@@ -107,7 +110,7 @@ def enter(plan: dict[str, Any], lifeline: int | None, private_dir: str, roots: l
         os.close(down_r)
     init = os.fork()
     if init:
-        _nest(init, keep)
+        _never_return(_nest, init, keep, devnull)
     try:
         if not facts["fatal"]:
             _build(facts, flags, plan, hidden, keep, roots)
@@ -121,8 +124,22 @@ def enter(plan: dict[str, Any], lifeline: int | None, private_dir: str, roots: l
         _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     zygote = os.fork()
     if zygote == 0:
+        os.close(devnull)
         return facts
-    _init(zygote)
+    _never_return(_init, zygote, devnull)
+    raise AssertionError("unreachable")
+
+
+def _never_return(role: Any, *args: Any) -> None:
+    """Run a process's role; whatever happens, it ends here and never goes on as the zygote would."""
+    try:
+        role(*args)
+    except BaseException as error:  # the process must end whatever went wrong
+        try:
+            os.write(2, f"sandbox {role.__name__}: {type(error).__name__}: {error}\n".encode(errors="replace"))
+        except OSError:
+            pass
+    os._exit(70)
 
 
 def _build(facts: dict[str, Any], flags: int, plan: dict[str, Any], hidden: list[str], keep: dict[str, int], roots: list[str]) -> None:
@@ -148,20 +165,18 @@ def _build(facts: dict[str, Any], flags: int, plan: dict[str, Any], hidden: list
             )
 
 
-def _quiet() -> None:
+def _quiet(devnull: int) -> None:
     """What a process that runs no submission code does once its child is started."""
     for sig in IGNORED:
         signal.signal(sig, signal.SIG_IGN)
-    devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)  # the judge reads the submission's output until every writer is gone
-    os.close(devnull)
 
 
-def _nest(init: int, keep: dict[str, int]) -> None:
+def _nest(init: int, keep: dict[str, int], devnull: int) -> None:
     for fd in keep.values():
         os.close(fd)
-    _quiet()
+    _quiet(devnull)
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # nothing below may ptrace or read it
     os.closerange(3, 1 << 16)
     while True:
@@ -173,8 +188,8 @@ def _nest(init: int, keep: dict[str, int]) -> None:
             os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
 
 
-def _init(zygote: int) -> None:
-    _quiet()
+def _init(zygote: int, devnull: int) -> None:
+    _quiet(devnull)
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     os.closerange(3, 1 << 16)
     code = 0
@@ -187,7 +202,9 @@ def _init(zygote: int) -> None:
             code = os.waitstatus_to_exitcode(status) & 0xFF
 
 
-def _keeper(nest: int, lifeline: int | None, private_dir: str, plan: dict[str, Any], up: int, down: int, before: Any, drop: bool) -> None:
+def _keeper(
+    nest: int, lifeline: int | None, private_dir: str, plan: dict[str, Any], up: int, down: int, before: Any, drop: bool, devnull: int
+) -> None:
     flags = _read_flags(up)
     answer = b"ok"
     if flags & ns.CLONE_NEWUSER:
@@ -202,7 +219,7 @@ def _keeper(nest: int, lifeline: int | None, private_dir: str, plan: dict[str, A
         pass
     os.close(up)
     os.close(down)
-    _quiet()
+    _quiet(devnull)
     keep = {lifeline} if lifeline is not None else set()
     for fd in range(3, 1 << 10):
         if fd not in keep:
