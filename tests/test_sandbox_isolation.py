@@ -178,21 +178,22 @@ def test_nothing_left_when_the_judge_is_killed(tmp_path: Path) -> None:
     """SIGKILL the judge while the submission holds IPC objects and a child: the keeper cleans up."""
     judge = textwrap.dedent(
         f"""
-        import json, sys, time
+        import json, os, sys, time
         sys.path.insert(0, {str(ROOT)!r})
         from pathlib import Path
         from grader.config import load_config
         from grader.sandbox.client import Sandbox
         from grader.submission import Cell, load_submission
         cells = load_submission(Path({str(ROOT / "tests" / "corpus" / "hostile" / "ipc_sysv_leak.py")!r}), 1 << 20).cells
-        cells.append(Cell(99, "import subprocess\\nsubprocess.Popen(['sleep', '{MARKER}'])\\n"))
+        # The marker comes from the environment: this script's own command line must not carry it.
+        cells.append(Cell(99, f"import subprocess\\nsubprocess.Popen(['sleep', '{{os.environ['PA_TEST_MARKER']}}'])\\n"))
         sandbox = Sandbox(cells, load_config().limits)
         print(json.dumps([str(sandbox.tmp), sandbox.cgroup.paths if sandbox.cgroup else []]), flush=True)
         sandbox.load()
         time.sleep(3600)
         """
     )
-    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PA_TEST_MARKER": MARKER}
     process = subprocess.Popen([sys.executable, "-c", judge], env=env, stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None
@@ -202,6 +203,7 @@ def test_nothing_left_when_the_judge_is_killed(tmp_path: Path) -> None:
         while not _marked(MARKER):
             assert time.monotonic() < deadline and process.poll() is None, "the submission never started"
             time.sleep(0.1)
+        assert process.pid not in _marked(MARKER)
     finally:
         process.kill()
         process.wait()

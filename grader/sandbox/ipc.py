@@ -71,13 +71,13 @@ def snapshot() -> frozenset[tuple[str, Any]]:
 
 
 def _alive(pid: int) -> bool:
+    """Whether `pid` still runs (a process killed a moment ago may linger as a zombie: not running)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
         return False
-    except PermissionError:
-        return True
-    return True
+    return stat[stat.rfind(b")") + 2 :][:1] not in (b"Z", b"X")
 
 
 def _remove_sysv(kind: str, ident: int) -> bool:

@@ -252,12 +252,12 @@ def _proc_rules():
     """
     rules = []
     own = os.path.realpath("/proc/self")
-    for name in os.listdir("/proc"):
-        if not name.isdigit() and name not in PROC_HIDDEN and name not in ("self", "thread-self"):
-            rules.append(os.path.join("/proc", name))
-    for name in os.listdir(own):
-        if name not in PROC_HIDDEN:
-            rules.append(os.path.join(own, name))
+    for folder, names in (("/proc", [n for n in os.listdir("/proc") if not n.isdigit()]), (own, os.listdir(own))):
+        for name in names:
+            path = os.path.join(folder, name)
+            # Never a link: a rule follows it, and /proc/self/root leads to "/", cwd and exe elsewhere.
+            if name not in PROC_HIDDEN and not os.path.islink(path):
+                rules.append(path)
     return rules
 
 
