@@ -344,3 +344,35 @@ def _children(pid: int) -> list[int]:
             if int(stat[stat.rfind(b")") + 2 :].split()[1]) == pid:
                 found.append(int(entry.name))
     return found
+
+
+def test_root_without_a_user_namespace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a container that refuses user namespaces gives root: the other four, and the submission's own uid."""
+    if not ROOT_USER:
+        pytest.skip("only root may have PID, IPC, network and mount namespaces without a user namespace")
+    monkeypatch.setenv("PA_GRADER_USER_NAMESPACE", "0")
+    visible = Path("/tmp") / f"pa-visible-{os.getpid()}"  # on the host's /tmp, which the submission must not see
+    visible.write_text("host")
+    spy = _cell(
+        99,
+        f"""
+        import os
+        print("UID", os.getuid(), os.geteuid(), os.getgroups())
+        print("PROCESSES", len([n for n in os.listdir("/proc") if n.isdigit()]))
+        print("DEV", sorted(os.listdir("/dev")))
+        print("HOST TMP", os.path.exists({str(visible)!r}))
+        """,
+    )
+    try:
+        with Sandbox([*SOLUTION, spy], CONFIG.limits) as sandbox:
+            _loaded(sandbox)
+            output, _ = sandbox.output()
+            report = sandbox.isolation_report()
+            uid = sandbox.uid.uid if sandbox.uid else None
+    finally:
+        visible.unlink()
+    assert report["namespaces"] == ["pid", "ipc", "net", "mount"]
+    assert report["uid"] == uid and uid is not None and uid >= uids.UID_BASE
+    assert f"UID {uid} {uid} []" in output, output
+    assert "PROCESSES 2" in output  # its init and itself
+    assert "'pts'" not in output and "'shm'" in output and "HOST TMP False" in output, output

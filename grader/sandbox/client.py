@@ -28,7 +28,8 @@ What a submission runs under (defaults from grader/config.toml [limits]):
   from one graded session to the loaded process or another session.
 
 `isolation_report()` says which of these were in force (GradeResult.isolation).  Switches in
-the judge's environment: PA_GRADER_NAMESPACES=0, PA_GRADER_CGROUPS=0, PA_GRADER_LANDLOCK=0.
+the judge's environment: PA_GRADER_NAMESPACES=0, PA_GRADER_USER_NAMESPACE=0, PA_GRADER_CGROUPS=0,
+PA_GRADER_LANDLOCK=0.
 """
 
 from __future__ import annotations
@@ -54,7 +55,13 @@ from typing import Any
 
 from grader.config import Limits
 from grader.sandbox import cgroups, ipc, isolation, uids
-from grader.sandbox.isolation import CGROUP_SWITCH, LANDLOCK_SWITCH, NAMESPACES_SWITCH, switched_on
+from grader.sandbox.isolation import (
+    CGROUP_SWITCH,
+    LANDLOCK_SWITCH,
+    NAMESPACES_SWITCH,
+    USER_NAMESPACE_SWITCH,
+    switched_on,
+)
 from grader.submission import Cell
 
 WORKER = Path(__file__).with_name("worker.py")
@@ -339,6 +346,7 @@ class Sandbox:
         """What the worker's first processes set up before any cell (spawn.enter), as one argument."""
         plan = {
             "namespaces": switched_on(NAMESPACES_SWITCH),
+            "user_namespace": switched_on(USER_NAMESPACE_SWITCH),
             "uid": self.uid.uid if self.uid is not None else None,
             "gid": self.uid.gid if self.uid is not None else None,
             "cgroups": self.cgroup.paths if self.cgroup is not None else [],
@@ -518,6 +526,9 @@ class Sandbox:
         return [seen.get(c.index) or self._skip.get(c.index) or CellOutcome(c.index, "not_run") for c in self.cells]
 
     def _try_load(self, total_deadline: float) -> LoadReport:
+        if self.uid is None and os.geteuid() == 0:
+            # Never run a submission as root: it would own every root-owned file.
+            raise SandboxBroken(f"the grader runs as root but could not claim a uid for the submission (no lock directory among {uids.LOCK_DIRS})")
         self._start_worker()
         assert self.control is not None
         runnable = [{"index": c.index, "source": c.source} for c in self.cells if c.index not in self._skip]

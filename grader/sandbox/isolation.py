@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 NAMESPACES_SWITCH = "PA_GRADER_NAMESPACES"  # "0" in the judge's environment: no namespaces (Landlock and rlimits only)
+USER_NAMESPACE_SWITCH = "PA_GRADER_USER_NAMESPACE"  # "0": as root, PID/IPC/net/mount namespaces without a user namespace
 CGROUP_SWITCH = "PA_GRADER_CGROUPS"  # "0": no cgroup (rlimits only)
 LANDLOCK_SWITCH = "PA_GRADER_LANDLOCK"  # "0": no Landlock
 ALL_NAMESPACES = ["user", "pid", "ipc", "net", "mount"]
@@ -112,7 +113,7 @@ import importlib.util, json, os, sys
 spec = importlib.util.spec_from_file_location("probe_namespaces", sys.argv[1])
 ns = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(ns)
-print(json.dumps(ns.names(ns.unshare_what_we_can(os.geteuid() == 0))))
+print(json.dumps(ns.names(ns.unshare_what_we_can(os.geteuid() == 0, sys.argv[2] != "0"))))
 """
 
 
@@ -125,7 +126,7 @@ def probe() -> dict[str, Any]:
     if switched_on(NAMESPACES_SWITCH):
         try:
             out = subprocess.run(
-                [sys.executable, "-S", "-c", _PROBE, str(Path(__file__).with_name("namespaces.py"))],
+                [sys.executable, "-S", "-c", _PROBE, str(Path(__file__).with_name("namespaces.py")), os.environ.get(USER_NAMESPACE_SWITCH, "1")],
                 capture_output=True,
                 text=True,
                 timeout=30,

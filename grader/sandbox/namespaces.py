@@ -62,15 +62,16 @@ def unshare(flags: int) -> None:
     _check(_libc.unshare(flags), "unshare")
 
 
-def unshare_what_we_can(root: bool) -> int:
+def unshare_what_we_can(root: bool, user: bool = True) -> int:
     """Unshare every namespace the kernel allows this process; returns the flags in force.
 
-    All five together, else (as root, in a container that refuses user namespaces) the four
-    that root may have without one, else none: the caller falls back to Landlock and rlimits.
+    All five together, else (as root, in a container that refuses user namespaces, or when
+    `user` is False) the four that root may have without one, else none: the caller falls
+    back to Landlock and rlimits.
     """
-    for flags in (CLONE_NEWUSER | ISOLATING, ISOLATING if root else 0):
+    for flags in (CLONE_NEWUSER | ISOLATING if user else 0, ISOLATING if root else 0):
         if not flags:
-            break
+            continue
         try:
             unshare(flags)
             return flags

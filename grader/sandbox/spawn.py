@@ -62,7 +62,8 @@ cgroups = _sibling("cgroups")
 def enter(plan: dict[str, Any], lifeline: int | None, private_dir: str, roots: list[str]) -> dict[str, Any]:
     """Split into keeper, nest, init and zygote; returns (in the zygote only) what is in force.
 
-    `plan` comes from the judge: "namespaces" (False: the instructor turned them off), "uid"
+    `plan` comes from the judge: "namespaces" (False: the instructor turned them off),
+    "user_namespace" (False: as root, the others without one, as some containers allow), "uid"
     and "gid" (the submission's ids outside, when the judge runs as root), "cgroups" (the
     directories to join), "cuda", "tmpfs_mb" and "since" (when the grading began).
     `roots` are the paths the submission must be able to read (the Python installation).
@@ -91,7 +92,7 @@ def enter(plan: dict[str, Any], lifeline: int | None, private_dir: str, roots: l
     flags = 0
     try:
         cgroups.join(plan.get("cgroups") or [])
-        flags = ns.unshare_what_we_can(root) if wanted else 0
+        flags = ns.unshare_what_we_can(root, plan.get("user_namespace", True) is not False) if wanted else 0
         if flags & ns.CLONE_NEWNS:
             # Opened here: a bind mount's source must belong to this mount namespace, and this
             # process still has the judge's ids, which can reach everything the judge can.
