@@ -174,8 +174,14 @@ def test_nothing_left_when_the_judge_raises() -> None:
     assert _left_behind(sandbox, uid) == []
 
 
-def test_nothing_left_when_the_judge_is_killed(tmp_path: Path) -> None:
-    """SIGKILL the judge while the submission holds IPC objects and a child: the keeper cleans up."""
+@pytest.mark.parametrize("namespaces", ["1", "0"])
+def test_nothing_left_when_the_judge_is_killed(tmp_path: Path, namespaces: str) -> None:
+    """SIGKILL the judge while the submission holds IPC objects and a child: the keeper cleans up.
+
+    Without namespaces the SysV segments are the machine's, and the keeper's sweep removes them.
+    """
+    if namespaces == "0" and FALLBACK_CANNOT_RUN:
+        pytest.skip(FALLBACK_CANNOT_RUN)
     judge = textwrap.dedent(
         f"""
         import json, os, sys, time
@@ -193,7 +199,7 @@ def test_nothing_left_when_the_judge_is_killed(tmp_path: Path) -> None:
         time.sleep(3600)
         """
     )
-    env = {**os.environ, "TMPDIR": str(tmp_path), "PA_TEST_MARKER": MARKER}
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PA_TEST_MARKER": MARKER, "PA_GRADER_NAMESPACES": namespaces}
     process = subprocess.Popen([sys.executable, "-c", judge], env=env, stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None
@@ -217,7 +223,7 @@ def test_nothing_left_when_the_judge_is_killed(tmp_path: Path) -> None:
     assert cgroups.existing(process.pid) == []
     assert {LEAK_KEY, LEAK_KEY + 1}.isdisjoint(_sysv_keys())
     assert [p for p in LEAK_FILES if os.path.exists(p)] == []
-    if not IPC_NS:
+    if not IPC_NS or namespaces == "0":
         ctypes.CDLL(None).mq_unlink(b"/pa-leak")  # POSIX queues: not defended without an IPC namespace (README)
 
 

@@ -128,12 +128,6 @@ def _create_v2(name: str, memory_mb: int, pids: int, mounts: list[tuple[str, str
     return None
 
 
-def join(paths: list[str]) -> None:
-    """Move the calling process into each cgroup (the nest, before the submission has any process)."""
-    for path in paths:
-        _write(os.path.join(path, "cgroup.procs"), "0")
-
-
 def kill(paths: list[str], rounds: int = 200) -> None:
     """SIGKILL every process in these cgroups until none is left (or `rounds` passes)."""
     for _round in range(rounds):

@@ -54,9 +54,7 @@ def _sibling(name: str) -> ModuleType:
     return sys.modules[qualified]
 
 
-ns = _sibling("namespaces")
-ipc = _sibling("ipc")
-cgroups = _sibling("cgroups")
+ns = _sibling("namespaces")  # ipc and cgroups only when the judge died and the keeper cleans up
 
 
 def enter(plan: dict[str, Any], lifeline: int | None, private_dir: str, roots: list[str]) -> dict[str, Any]:
@@ -79,19 +77,19 @@ def enter(plan: dict[str, Any], lifeline: int | None, private_dir: str, roots: l
     devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
     hidden: list[str] = []
     keep: dict[str, int] = {}
-    before = ipc.snapshot()
     up_r, up_w = os.pipe()  # nest -> keeper: "unshared these"
     down_r, down_w = os.pipe()  # keeper -> nest: "your ids are mapped"
     nest = os.fork()
     if nest:
         for fd in (up_w, down_r):
             os.close(fd)
-        _never_return(_keeper, nest, lifeline, private_dir, plan, up_r, down_w, before, drop, devnull)
+        _never_return(_keeper, nest, lifeline, private_dir, plan, up_r, down_w, drop, devnull)
     for fd in (up_r, down_w) + ((lifeline,) if lifeline is not None else ()):
         os.close(fd)
     flags = 0
     try:
-        cgroups.join(plan.get("cgroups") or [])
+        for path in plan.get("cgroups") or []:  # into the grading's cgroup, before any other process of it exists
+            _write(os.path.join(path, "cgroup.procs"), "0")
         flags = ns.unshare_what_we_can(root, plan.get("user_namespace", True) is not False) if wanted else 0
         if flags & ns.CLONE_NEWNS:
             # Opened here: a bind mount's source must belong to this mount namespace, and this
@@ -203,10 +201,11 @@ def _init(zygote: int, devnull: int) -> None:
             code = os.waitstatus_to_exitcode(status) & 0xFF
 
 
-def _keeper(
-    nest: int, lifeline: int | None, private_dir: str, plan: dict[str, Any], up: int, down: int, before: Any, drop: bool, devnull: int
-) -> None:
+def _keeper(nest: int, lifeline: int | None, private_dir: str, plan: dict[str, Any], up: int, down: int, drop: bool, devnull: int) -> None:
     flags = _read_flags(up)
+    # What IPC objects exist before any submission code runs, for the sweep should the judge
+    # die: needed only where no IPC namespace and no uid of its own set the submission apart.
+    before = _sibling("ipc").snapshot() if not flags & ns.CLONE_NEWIPC and not drop else None
     answer = b"ok"
     if flags & ns.CLONE_NEWUSER:
         try:
@@ -233,7 +232,7 @@ def _keeper(
         if lifeline is not None:
             ready, _, _ = select.select([lifeline], [], [], 0.25)
             if ready and not os.read(lifeline, 1):
-                _clean_up_and_exit(private_dir, plan, before, flags, drop)
+                _clean_up_and_exit(private_dir, plan, before, drop)
         else:
             time.sleep(0.25)
         while True:
@@ -282,7 +281,7 @@ def descendants(root: int) -> list[int]:
     return found
 
 
-def _clean_up_and_exit(private_dir: str, plan: dict[str, Any], before: Any, flags: int, drop: bool) -> None:
+def _clean_up_and_exit(private_dir: str, plan: dict[str, Any], before: Any, drop: bool) -> None:
     """The judge is gone: kill everything below, then remove what the grading left."""
     for _round in range(200):
         below = descendants(os.getpid())
@@ -295,15 +294,24 @@ def _clean_up_and_exit(private_dir: str, plan: dict[str, Any], before: Any, flag
                 pass
         _reap()
         time.sleep(0.002)
+    cgroups, ipc = _sibling("cgroups"), _sibling("ipc")
     cgroups.kill(plan.get("cgroups") or [])
     _reap()
     shutil.rmtree(private_dir, ignore_errors=True)
     cgroups.remove(plan.get("cgroups") or [])
     if drop:
         ipc.sweep(plan["uid"])  # a uid of this grading alone: whatever it owns is the submission's
-    elif not flags & ns.CLONE_NEWIPC:
+    elif before is not None:
         ipc.sweep(os.geteuid(), before, plan.get("since"))
     os._exit(0)
+
+
+def _write(path: str, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
 
 
 def _reap() -> None:

@@ -1,13 +1,15 @@
 """The process that runs a submission's code.  Started as a script, never imported by the judge.
 
-    python -u -s -P worker.py SOCKET_PATH LIFELINE_FD
+    python -u -s -P worker.py SOCKET_PATH LIFELINE_FD PLAN_JSON
 
-Three kinds of process come from it, all in one new session started by the judge:
+The processes that come from it, all in one new session started by the judge:
 
-- the *reaper* (the process the judge started): it marks itself a child subreaper, forks the
-  zygote and then only reaps.  Whatever the submission starts and orphans (a daemon, a
-  double fork, a `setsid` child) becomes its child, so the judge finds every process of the
-  submission by walking the reaper's descendants and kills them all at the end;
+- the *keeper*, *nest* and *init* (spawn.py, before torch is imported): the keeper stays
+  outside and holds the judge's lifeline; the nest joins the grading's cgroup and unshares
+  the user, PID, IPC, network and mount namespaces; init, PID 1 of the new namespace,
+  builds a private /proc, /dev and /tmp and then only reaps.  Whatever the submission
+  starts and orphans stays in its namespace (without one, below init as a child subreaper),
+  and dies with it;
 - the *zygote*: it caps its own resources, shuts itself in (Landlock, when the kernel has
   it: no file outside the Python installation and its own work directory, no signal or
   ptrace to anything outside the sandbox, no TCP), runs the notebook's cells once and then
