@@ -8,7 +8,7 @@ private directory, and the judge (this process) healthy afterwards.
 The cases are graded with tightened limits, as an instructor would tighten them
 (call 2 s, item 8 s, cell 5 s, total 60 s), and fewer hypothesis examples.  Time bound per
 case on a 2-core machine: 30 s, 40-45 s for the cases that wait out several timeouts
-(Expect.seconds); the whole file runs in about two minutes.  (A notebook case carries its
+(Expect.seconds); the whole file runs in about five minutes.  (A notebook case carries its
 header on the first line of its first cell.)
 
 Cases that need the kernel's help (Landlock) to be safe to run are skipped without it:

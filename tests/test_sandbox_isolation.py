@@ -382,3 +382,15 @@ def test_root_without_a_user_namespace(monkeypatch: pytest.MonkeyPatch) -> None:
     assert f"UID {uid} {uid} []" in output, output
     assert "PROCESSES 2" in output  # its init and itself
     assert "'pts'" not in output and "'shm'" in output and "HOST TMP False" in output, output
+
+
+def test_the_keeper_keeps_the_uid_taken() -> None:
+    """The uid's lock is also the keeper's, so a judge's death frees the uid only once the keeper has cleaned up."""
+    if not ROOT_USER:
+        pytest.skip("a uid of its own per grading is for a grader running as root")
+    with Sandbox(SOLUTION, CONFIG.limits) as sandbox:
+        _loaded(sandbox)
+        assert sandbox.uid is not None and sandbox.process is not None
+        lock = next(os.path.join(d, f"{sandbox.uid.uid}.lock") for d in uids.LOCK_DIRS if os.path.exists(os.path.join(d, f"{sandbox.uid.uid}.lock")))
+        held = [os.readlink(f"/proc/{pid}/fd/{fd}") for pid in (sandbox.process.pid, sandbox._zygote_pid) for fd in os.listdir(f"/proc/{pid}/fd")]
+        assert held.count(lock) == 1  # the keeper's; never the zygote's, where the submission could drop it

@@ -350,6 +350,7 @@ class Sandbox:
             "uid": self.uid.uid if self.uid is not None else None,
             "gid": self.uid.gid if self.uid is not None else None,
             "cgroups": self.cgroup.paths if self.cgroup is not None else [],
+            "uid_lock": self.uid.fd if self.uid is not None else None,
             "cuda": self.allow_cuda,
             "tmpfs_mb": self.limits.file_mb,
             "since": self.since,
@@ -392,7 +393,7 @@ class Sandbox:
                 stdin=subprocess.DEVNULL,
                 stdout=out_w,
                 stderr=err_w,
-                pass_fds=(life_r,),
+                pass_fds=(life_r,) + ((self.uid.fd,) if self.uid is not None and self.uid.fd is not None else ()),
                 start_new_session=True,
             )
         except BaseException:

@@ -63,7 +63,8 @@ def enter(plan: dict[str, Any], lifeline: int | None, private_dir: str, roots: l
     `plan` comes from the judge: "namespaces" (False: the instructor turned them off),
     "user_namespace" (False: as root, the others without one, as some containers allow), "uid"
     and "gid" (the submission's ids outside, when the judge runs as root), "cgroups" (the
-    directories to join), "cuda", "tmpfs_mb" and "since" (when the grading began).
+    directories to join), "uid_lock" (a descriptor of the uid's lock, kept by the keeper alone),
+    "cuda", "tmpfs_mb" and "since" (when the grading began).
     `roots` are the paths the submission must be able to read (the Python installation).
     """
     root = os.geteuid() == 0
@@ -84,8 +85,9 @@ def enter(plan: dict[str, Any], lifeline: int | None, private_dir: str, roots: l
         for fd in (up_w, down_r):
             os.close(fd)
         _never_return(_keeper, nest, lifeline, private_dir, plan, up_r, down_w, drop, devnull)
-    for fd in (up_r, down_w) + ((lifeline,) if lifeline is not None else ()):
-        os.close(fd)
+    for fd in (up_r, down_w, lifeline, plan.get("uid_lock")):  # only the keeper holds these
+        if fd is not None:
+            os.close(fd)
     flags = 0
     try:
         for path in plan.get("cgroups") or []:  # into the grading's cgroup, before any other process of it exists
@@ -220,7 +222,7 @@ def _keeper(nest: int, lifeline: int | None, private_dir: str, plan: dict[str, A
     os.close(up)
     os.close(down)
     _quiet(devnull)
-    keep = {lifeline} if lifeline is not None else set()
+    keep = {fd for fd in (lifeline, plan.get("uid_lock")) if fd is not None}  # the uid stays taken until the keeper is gone
     for fd in range(3, 1 << 10):
         if fd not in keep:
             try:

@@ -28,6 +28,12 @@ class UidLease:
         self._fd: int | None = fd
         self._path = path
 
+    @property
+    def fd(self) -> int | None:
+        """The locked descriptor: the worker's keeper holds it too, so that the uid stays taken
+        until the keeper has cleaned up, even after the judge died."""
+        return self._fd
+
     def release(self) -> None:
         if self._fd is not None:
             try:
