@@ -163,8 +163,9 @@ def paged_attention(
 # Memory the address-space cap never sees: memfd pages written with os.write (never
 # mapped), and the sum over forked children that each stay under it.  Every hoarder is a
 # child (the kernel's first OOM victim: it holds all its parent holds, and more), and
-# reports through a pipe how many MiB it holds; the loaded submission itself holds nothing
-# and prints the most its children held at one time.
+# reports through a pipe how many MiB it holds; the loaded submission itself holds nothing.
+# It prints what the one memfd child got before it was stopped, and what the children still
+# alive hold together once each has all it could get.
 import os
 import select
 import time
@@ -212,7 +213,6 @@ def attack(kind, count, target_mb):
     os.close(release_r)
     held = {pipe: 0 for _, pipe in children}
     open_pipes, done, buffers = set(held), set(), dict.fromkeys(held, b"")
-    peak = 0  # the most held at one time by the children still alive
     deadline = time.monotonic() + 20
     while open_pipes - done and time.monotonic() < deadline:
         ready, _, _ = select.select(list(open_pipes - done), [], [], 0.5)
@@ -229,14 +229,16 @@ def attack(kind, count, target_mb):
                     done.add(pipe)
                 elif line:
                     held[pipe] = int(line)
-            peak = max(peak, sum(held.values()))
+    # Every child now holds all it got and waits, or is dead: what the living hold, they hold at once.
+    alive = [pipe for pid, pipe in children if pipe in done and os.waitpid(pid, os.WNOHANG) == (0, 0)]
+    at_once = sum(held[pipe] for pipe in alive) if len(children) > 1 else max(held.values())
     os.close(release_w)
     killed = 0
     for pid, pipe in children:
         _, status = os.waitpid(pid, 0)
         killed += os.WIFSIGNALED(status)
         os.close(pipe)
-    return peak, killed
+    return at_once, killed
 
 
 memfd_total, memfd_killed = attack("memfd", 1, 3072)
