@@ -218,9 +218,8 @@ def attack(kind, count, target_mb):
         ready, _, _ = select.select(list(open_pipes - done), [], [], 0.5)
         for pipe in ready:
             data = os.read(pipe, 4096)
-            if not data:  # the child is dead, and what it held is free again
+            if not data:  # the child is dead: `held` keeps the most it got
                 open_pipes.discard(pipe)
-                held[pipe] = 0
                 continue
             buffers[pipe] += data
             *lines, buffers[pipe] = buffers[pipe].split(b"\n")
