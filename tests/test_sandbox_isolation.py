@@ -194,7 +194,7 @@ def test_nothing_left_when_the_judge_is_killed(tmp_path: Path, namespaces: str) 
         # The marker comes from the environment: this script's own command line must not carry it.
         cells.append(Cell(99, f"import subprocess\\nsubprocess.Popen(['sleep', '{{os.environ['PA_TEST_MARKER']}}'])\\n"))
         sandbox = Sandbox(cells, load_config().limits)
-        print(json.dumps([str(sandbox.tmp), sandbox.cgroup.paths if sandbox.cgroup else []]), flush=True)
+        print(json.dumps([str(sandbox.tmp), sandbox.cgroup.paths if sandbox.cgroup else [], sandbox.uid.path if sandbox.uid else None]), flush=True)
         sandbox.load()
         time.sleep(3600)
         """
@@ -203,7 +203,7 @@ def test_nothing_left_when_the_judge_is_killed(tmp_path: Path, namespaces: str) 
     process = subprocess.Popen([sys.executable, "-c", judge], env=env, stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None
-        private_text, cgroup_paths = json.loads(process.stdout.readline())
+        private_text, cgroup_paths, uid_lock = json.loads(process.stdout.readline())
         private = Path(private_text)
         deadline = time.monotonic() + 60
         while not _marked(MARKER):
@@ -215,12 +215,14 @@ def test_nothing_left_when_the_judge_is_killed(tmp_path: Path, namespaces: str) 
         process.wait()
         process.stdout.close()
     deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and (_marked(MARKER) or private.exists() or any(os.path.exists(p) for p in cgroup_paths)):
+    traces = [*cgroup_paths, *([uid_lock] if uid_lock else [])]
+    while time.monotonic() < deadline and (_marked(MARKER) or private.exists() or any(os.path.exists(p) for p in traces)):
         time.sleep(0.1)
     assert _marked(MARKER) == []
     assert not private.exists()
     assert [p for p in cgroup_paths if os.path.exists(p)] == []
     assert cgroups.existing(process.pid) == []
+    assert uid_lock is None or not os.path.exists(uid_lock)
     assert {LEAK_KEY, LEAK_KEY + 1}.isdisjoint(_sysv_keys())
     assert [p for p in LEAK_FILES if os.path.exists(p)] == []
     if not IPC_NS or namespaces == "0":

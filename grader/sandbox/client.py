@@ -351,6 +351,7 @@ class Sandbox:
             "gid": self.uid.gid if self.uid is not None else None,
             "cgroups": self.cgroup.paths if self.cgroup is not None else [],
             "uid_lock": self.uid.fd if self.uid is not None else None,
+            "uid_lock_path": self.uid.path if self.uid is not None else None,
             "cuda": self.allow_cuda,
             "tmpfs_mb": self.limits.file_mb,
             "since": self.since,

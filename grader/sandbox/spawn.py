@@ -63,7 +63,7 @@ def enter(plan: dict[str, Any], lifeline: int | None, private_dir: str, roots: l
     `plan` comes from the judge: "namespaces" (False: the instructor turned them off),
     "user_namespace" (False: as root, the others without one, as some containers allow), "uid"
     and "gid" (the submission's ids outside, when the judge runs as root), "cgroups" (the
-    directories to join), "uid_lock" (a descriptor of the uid's lock, kept by the keeper alone),
+    directories to join), "uid_lock" and "uid_lock_path" (the uid's lock, kept by the keeper alone),
     "cuda", "tmpfs_mb" and "since" (when the grading began).
     `roots` are the paths the submission must be able to read (the Python installation).
     """
@@ -301,6 +301,11 @@ def _clean_up_and_exit(private_dir: str, plan: dict[str, Any], before: Any, drop
     _reap()
     shutil.rmtree(private_dir, ignore_errors=True)
     cgroups.remove(plan.get("cgroups") or [])
+    if plan.get("uid_lock_path"):
+        try:
+            os.unlink(plan["uid_lock_path"])  # still locked by this process: whoever opens the name next gets a new file
+        except OSError:
+            pass
     if drop:
         ipc.sweep(plan["uid"])  # a uid of this grading alone: whatever it owns is the submission's
     elif before is not None:

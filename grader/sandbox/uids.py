@@ -34,6 +34,10 @@ class UidLease:
         until the keeper has cleaned up, even after the judge died."""
         return self._fd
 
+    @property
+    def path(self) -> str:
+        return self._path
+
     def release(self) -> None:
         if self._fd is not None:
             try:
