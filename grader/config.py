@@ -30,6 +30,9 @@ class Limits:
     memory_mb: int
     output_kb: int
     max_file_mb: int
+    pids: int = 128  # processes and threads of the whole submission
+    open_files: int = 256  # descriptors per process
+    file_mb: int = 64  # largest file the submission may write (also each tmpfs the sandbox mounts)
 
 
 @dataclass(frozen=True)

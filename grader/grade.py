@@ -93,6 +93,7 @@ def grade_submission(submission: Submission, config: Config, device: str, todos:
         from grader.checks.base import Grading
 
         loader.join()
+        result.isolation = sandbox.isolation_report()
         report = sandbox.report
         assert report is not None
         result.cells = [

@@ -43,6 +43,8 @@ def _strip_timing(payload: dict) -> dict:
     data.pop("seconds")
     for item in data["items"]:
         item.pop("seconds")
+    for key in ("uid", "summary"):  # as root each grading runs under a uid of its own
+        data.get("isolation", {}).pop(key, None)
     return payload
 
 

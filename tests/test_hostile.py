@@ -8,46 +8,68 @@ private directory, and the judge (this process) healthy afterwards.
 The cases are graded with tightened limits, as an instructor would tighten them
 (call 2 s, item 8 s, cell 5 s, total 60 s), and fewer hypothesis examples.  Time bound per
 case on a 2-core machine: 30 s, 40-45 s for the cases that wait out several timeouts
-(Expect.seconds); the whole file runs in about two minutes.  (A notebook case carries its
+(Expect.seconds); the whole file runs in about five minutes.  (A notebook case carries its
 header on the first line of its first cell.)
 
 Cases that need the kernel's help (Landlock) to be safe to run are skipped without it:
 kill_judge.ipynb would kill this very process, the forge_fake_output cases would write into
-/tmp and the working directory.
+/tmp and the working directory.  Some cases are graded with something around them (SURROUNDINGS):
+listeners the network case aims at, a terminal with a line typed in, another grading running at
+the same time; what reached them is checked after.  What this machine's kernel offers (namespaces,
+a cgroup, Landlock) decides which of those checks apply; the others skip and say why.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import dataclasses
 import functools
 import json
 import os
 import re
 import resource
+import select
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from grader.config import Config, load_config
 from grader.grade import grade_path
 from grader.results import GradeResult
-from grader.sandbox.client import descendants, isolation
+from grader.sandbox import cgroups
+from grader.sandbox.client import Sandbox, descendants
+from grader.sandbox.isolation import probe
+from grader.submission import load_submission
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow
 
 HOSTILE = ROOT / "tests" / "corpus" / "hostile"
-ISOLATION = isolation()
-needs_files = pytest.mark.skipif(not ISOLATION["files"], reason="needs Landlock (Linux 5.13+) to confine file access")
-needs_signals = pytest.mark.skipif(not ISOLATION["signals"], reason="needs Landlock signal scoping (Linux 6.12+)")
-MARKERS = ("4242.4242", "4243.4243", "4244.4244")  # the sleeps hang_orphans.py leaves behind
+ISOLATION = probe()  # what a sandbox gets on this machine: namespaces, cgroup, Landlock ABI
+FILES = ISOLATION["landlock"] >= 1  # Landlock confines file access (Linux 5.13+)
+SIGNALS = ISOLATION["landlock"] >= 6  # Landlock scopes signals (Linux 6.12+)
+PID_NS = "pid" in ISOLATION["namespaces"]
+IPC_NS = "ipc" in ISOLATION["namespaces"]
+NET_NS = "net" in ISOLATION["namespaces"]
+MOUNT_NS = "mount" in ISOLATION["namespaces"]
+CGROUP = ISOLATION["cgroup"]
+# A forked process cannot read its own /proc entry where Landlock narrows the host's /proc.
+FORKS_BLIND = ("error",) if FILES and not (PID_NS and MOUNT_NS) else ()
+needs_files = pytest.mark.skipif(not FILES, reason="needs Landlock (Linux 5.13+) to confine file access")
+needs_signals = pytest.mark.skipif(not SIGNALS, reason="needs Landlock signal scoping (Linux 6.12+)")
+MARKERS = ("4242.4242", "4243.4243", "4244.4244", "4246.4246")  # the sleeps hang_orphans.py and resource_fork_bomb.py start
 
 
 def fast_config() -> Config:
@@ -77,6 +99,7 @@ class Expect:
     flagged: bool = False
     seconds: float = 30.0  # bound on this 2-core machine with CONFIG's limits
     words: dict[str, str | tuple[str, str]] = field(default_factory=dict)  # item id -> a word its messages hold (zh, en)
+    limits: dict[str, Any] = field(default_factory=dict)  # [limits] changed for this case only
 
 
 def fail(ids: list[str], *kinds: str) -> dict[str, tuple[str, ...]]:
@@ -121,17 +144,139 @@ EXPECT: dict[str, Expect] = {
     "forge_monkeypatch.py": Expect(failed=fail(["todo5.mha_fp32", "todo5.gqa", "todo5.paging", "todo5.low_precision"], "wrong")),
     "forge_lying_digests.py": Expect(failed=fail(["todo5.inputs_unchanged"], "wrong"), words={"todo5.inputs_unchanged": "key_cache"}),
     "forge_lying_objects.py": Expect(failed=fail(["todo1.per_token", "todo1.per_block_and_total", "todo4.table_order"], "wrong")),
+    # Where Landlock narrows the host's /proc (no namespaces), a session child cannot list its
+    # own /proc/self/fd: these attacks stop there, with an error, before they reach a socket.
     "forge_protocol.py": Expect(
-        failed=fail(TODO["todo1"], "crashed"), cells={2: "crashed", 3: "crashed", 4: "crashed", 5: "ok"}, words={"todo1.per_token": ("过大", "too large")}
+        failed=fail(TODO["todo1"], "crashed", *FORKS_BLIND, *(("wrong",) if FORKS_BLIND else ())),  # wrong: PermissionError, not ValueError
+        cells={2: "crashed", 3: "crashed", 4: "crashed", 5: "ok"},
+        words={"todo1.per_token": ("过大", "too large")} if not FORKS_BLIND else {},
     ),
-    "fd_tamper.py": Expect(failed=fail(TODO["todo4"], "crashed"), cells={2: "crashed"}),
-    "kill_judge.ipynb": Expect(cells={2: "error", 3: "error", 4: "crashed", 5: "ok"}, cell_types={2: "PermissionError", 3: "PermissionError"}),
+    "fd_tamper.py": Expect(failed=fail(TODO["todo4"], "crashed", *FORKS_BLIND), cells={2: "crashed"}),
+    # In a PID namespace the "grandparent" cell 3 finds is pid 0, and kill(0) is its own process group.
+    "kill_judge.ipynb": Expect(
+        cells={2: "error", 3: "crashed" if PID_NS else "error", 4: "crashed", 5: "ok"},
+        cell_types={2: "PermissionError", **({} if PID_NS else {3: "PermissionError"})},
+    ),
     "cheat_import_reference.py": Expect(failed=fail(EVERYTHING, "missing"), flagged=True, cells={1: "error"}, cell_types={1: "ImportError"}),
     "cheat_import_grader.py": Expect(failed=fail(EVERYTHING, "integrity"), flagged=True),
     "cheat_obfuscated.py": Expect(failed=fail(EVERYTHING, "missing", "integrity"), flagged=True),  # integrity: read the key (no Landlock)
+    "ipc_sysv_leak.py": Expect(),
+    "ipc_sysv_read.py": Expect(failed=fail(EVERYTHING, "missing")),
+    "resource_memfd_children.py": Expect(limits={"memory_mb": 1536, "cell_timeout_s": 40}, seconds=75),
+    "resource_fork_bomb.py": Expect(cells={3: "timeout"}, seconds=45),
+    "spy_proc.py": Expect(),
+    "spy_terminal.py": Expect(),
+    "net_sockets.py": Expect(),
 }
 CASES = sorted(EXPECT)
 NEEDS_FILES = ("forge_fake_output.py", "forge_fake_output_buggy.py")  # they write wherever they can
+# Without a cgroup the memory cap is per process: this case would hold 3 GiB of the machine's memory.
+NEEDS_CGROUP = ("resource_memfd_children.py",)
+LEAK_KEY = 0x50414745  # the SysV key ipc_sysv_leak.py leaves its source under
+LEAK_FILES = ("/dev/shm/pa-leak-source.py", "/tmp/pa-leak-source.py", "/var/tmp/pa-leak-source.py")
+UDP_PORT = 47913
+ABSTRACT = "\0pa-hostile-abstract"
+TYPED = b"typed-by-the-ta"
+
+
+def _skip_reason(name: str) -> str | None:
+    """Why this case cannot be graded safely on this machine, or None."""
+    if name == "kill_judge.ipynb" and not SIGNALS:
+        return "without Landlock signal scoping this submission would kill the test run itself"
+    if name in NEEDS_FILES and not FILES:
+        return "without Landlock this submission would write into /tmp and the judge's directory"
+    if name in NEEDS_CGROUP and not CGROUP:
+        return "no cgroup can be made here (needs root, or a delegated cgroup v2 subtree): the memory cap would be per process"
+    return None
+
+
+# --- what is around a grading: set up before, observed after --------------------------
+
+@contextlib.contextmanager
+def _listeners() -> Iterator[dict[str, Any]]:
+    """What net_sockets.py aims at: a UDP port on 127.0.0.1, a Unix socket anyone may open, an abstract one.
+
+    After the grading each says "reached" or "nothing" (None: it could not listen here).
+    """
+    seen: dict[str, Any] = {"udp": None, "unix": None, "abstract": None}
+    folder = Path(tempfile.mkdtemp(prefix="pa-hostile-listen-", dir="/tmp"))
+    folder.chmod(0o755)
+    opened: dict[str, socket.socket] = {}
+    for kind, family, kind_type, address in (
+        ("udp", socket.AF_INET, socket.SOCK_DGRAM, ("127.0.0.1", UDP_PORT)),
+        ("unix", socket.AF_UNIX, socket.SOCK_STREAM, str(folder / "probe.sock")),
+        ("abstract", socket.AF_UNIX, socket.SOCK_STREAM, ABSTRACT),
+    ):
+        sock = socket.socket(family, kind_type)
+        try:
+            sock.bind(address)
+        except OSError:  # in use by another test run: this one cannot tell
+            sock.close()
+            continue
+        if kind_type == socket.SOCK_STREAM:
+            sock.listen(8)
+        if kind == "unix":
+            os.chmod(address, 0o777)  # as open as a socket can be: only the sandbox keeps a submission out
+        sock.setblocking(False)
+        opened[kind] = sock
+    try:
+        yield seen
+    finally:
+        for kind, sock in opened.items():
+            try:
+                if kind == "udp":
+                    sock.recv(100)
+                else:
+                    sock.accept()[0].close()
+                seen[kind] = "reached"
+            except BlockingIOError:
+                seen[kind] = "nothing"
+            sock.close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _terminal() -> Iterator[dict[str, Any]]:
+    """A terminal anyone may open with a line typed into it; after, whether the line is still unread."""
+    master, slave = os.openpty()
+    name = os.ttyname(slave)
+    os.chmod(name, 0o666)
+    os.write(master, TYPED + b"\n")
+    seen: dict[str, Any] = {"name": name}
+    try:
+        yield seen
+    finally:
+        ready, _, _ = select.select([slave], [], [], 1.0)
+        seen["unread"] = bool(ready) and TYPED in os.read(slave, 200)
+        os.close(master)
+        os.close(slave)
+
+
+@contextlib.contextmanager
+def _neighbour(path: Path) -> Iterator[dict[str, Any]]:
+    """Another grading, loaded and running while this one is graded (its paths a spy must not find)."""
+    cells = load_submission(path, CONFIG.limits.max_file_mb << 20).cells
+    with Sandbox(cells, CONFIG.limits) as other:
+        report = other.load()
+        assert report.failed is None, report.failed
+        yield {"paths": [str(other.tmp), other.socket_path], "isolation": other.isolation_report()}
+
+
+def _leaking_neighbour() -> contextlib.AbstractContextManager[dict[str, Any]]:
+    """ipc_sysv_leak.py loaded while ipc_sysv_read.py is graded, where an IPC namespace can keep them apart.
+
+    Without one, gradings at the same time share SysV IPC (README): only the leak of a finished
+    grading is tested then (swept by the judge).
+    """
+    return _neighbour(HOSTILE / "ipc_sysv_leak.py") if IPC_NS else contextlib.nullcontext({})
+
+
+SURROUNDINGS: dict[str, Callable[[], contextlib.AbstractContextManager[dict[str, Any]]]] = {
+    "net_sockets.py": _listeners,
+    "spy_terminal.py": _terminal,
+    "spy_proc.py": lambda: _neighbour(ROOT / "reference" / "paged_attention.py"),
+    "ipc_sysv_read.py": _leaking_neighbour,
+}
 
 
 def _marked_processes(marker: str) -> list[int]:
@@ -160,21 +305,24 @@ class Graded:
     children: list[int]  # processes this process started that are still there
     private_dirs: list[str]  # what grading left in its temporary directory
     maxrss_growth_mb: float
+    around: dict[str, Any] = field(default_factory=dict)  # what SURROUNDINGS saw
 
 
 @functools.cache
 def graded(name: str) -> Graded:
     """Grade once per session, in a temporary directory of its own (tempfile.tempdir)."""
     private = Path(tempfile.mkdtemp(prefix="hostile-"))
-    before_children = set(descendants(os.getpid()))
-    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    saved, tempfile.tempdir = tempfile.tempdir, str(private)
-    try:
-        started = time.monotonic()
-        result = grade_path(HOSTILE / name, CONFIG, "cpu")
-        seconds = time.monotonic() - started
-    finally:
-        tempfile.tempdir = saved
+    config = dataclasses.replace(CONFIG, limits=dataclasses.replace(CONFIG.limits, **EXPECT[name].limits)) if name in EXPECT else CONFIG
+    with SURROUNDINGS.get(name, contextlib.nullcontext)() as around:
+        before_children = set(descendants(os.getpid()))
+        rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        saved, tempfile.tempdir = tempfile.tempdir, str(private)
+        try:
+            started = time.monotonic()
+            result = grade_path(HOSTILE / name, config, "cpu")
+            seconds = time.monotonic() - started
+        finally:
+            tempfile.tempdir = saved
     time.sleep(0.2)  # a process killed a moment ago may still be on its way out
     leftovers = _marked_processes(str(private)) + [p for m in MARKERS for p in _marked_processes(m)]
     children = sorted(set(descendants(os.getpid())) - before_children)
@@ -182,7 +330,7 @@ def graded(name: str) -> Graded:
     if not left:
         private.rmdir()
     growth = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 1024
-    return Graded(result, seconds, leftovers, children, left, growth)
+    return Graded(result, seconds, leftovers, children, left, growth, dict(around or {}))
 
 
 def expected_score(expect: Expect) -> float:
@@ -205,10 +353,9 @@ def test_every_case_has_a_header_and_an_expectation() -> None:
 
 @pytest.mark.parametrize("name", CASES)
 def test_hostile_case(name: str) -> None:
-    if name == "kill_judge.ipynb" and not ISOLATION["signals"]:
-        pytest.skip("without Landlock signal scoping this submission would kill the test run itself")
-    if name in NEEDS_FILES and not ISOLATION["files"]:
-        pytest.skip("without Landlock this submission would write into /tmp and the judge's directory")
+    reason = _skip_reason(name)
+    if reason:
+        pytest.skip(reason)
     expect = EXPECT[name]
     run = graded(name)
     result = run.result
@@ -303,7 +450,7 @@ def test_lying_objects_get_no_points_for_the_lie() -> None:
 def test_judge_stays_healthy() -> None:
     """After every hostile case: no stray thread or descriptor, and a correct submission still scores 100."""
     for name in CASES:
-        if (name != "kill_judge.ipynb" or ISOLATION["signals"]) and (name not in NEEDS_FILES or ISOLATION["files"]):
+        if _skip_reason(name) is None:
             graded(name)
     threads = {t.name for t in threading.enumerate() if t.is_alive()}
     assert not [t for t in threads if t.startswith("pa-grade")], threads
@@ -370,7 +517,8 @@ def test_killing_the_judge_kills_the_submission(tmp_path: Path) -> None:
         time.sleep(0.2)
     assert _marked_processes(str(tmp)) == []
     assert [p for m in MARKERS for p in _marked_processes(m)] == []
-    assert list(tmp.iterdir()) == [], "the reaper should remove the private directory"
+    assert list(tmp.iterdir()) == [], "the keeper should remove the private directory"
+    assert cgroups.existing(proc.pid) == [], "the keeper should remove the cgroup"
 
 
 def test_messages_name_the_limit() -> None:
@@ -378,3 +526,122 @@ def test_messages_name_the_limit() -> None:
     failure = items["todo2.block_count"].failure
     assert re.search(r"\b2 s\b", failure.message.en) and "2 秒" in failure.message.zh
     assert "allocate_for_prefill" in failure.repro
+
+
+# --- what no grading may reach: other gradings, the machine, the TA's terminal ----------
+
+def _sysv_keys() -> set[int]:
+    """SysV shared-memory keys of this machine's (the judge's) IPC namespace."""
+    with open("/proc/sysvipc/shm") as f:
+        return {int(line.split()[0]) for line in f.read().splitlines()[1:]}
+
+
+def _unlink_leaked_queue() -> None:
+    """Without an IPC namespace the POSIX queue ipc_sysv_leak.py makes outlives it (README): remove it here."""
+    ctypes.CDLL(None).mq_unlink(b"/pa-leak")
+
+
+def test_sysv_channel_between_gradings_is_closed() -> None:
+    """A correct submission leaves its source in shared memory; a later one with no solution looks for it."""
+    leak = graded("ipc_sysv_leak.py")
+    try:
+        assert re.search(r"LEFT: .*sysv", leak.result.output_excerpt), leak.result.output_excerpt[-500:]  # the attack ran
+        assert {LEAK_KEY, LEAK_KEY + 1}.isdisjoint(_sysv_keys()), "a SysV segment outlived its grading"
+        assert [p for p in LEAK_FILES if os.path.exists(p)] == []
+        read = graded("ipc_sysv_read.py")
+        found = re.search(r"FOUND: (.*)", read.result.output_excerpt)
+        assert found, read.result.output_excerpt[-500:]
+        if IPC_NS:
+            assert found.group(1) == "NOTHING FOUND"
+        else:  # POSIX queues cannot be listed without a mount of mqueue: not defended without an IPC namespace
+            assert found.group(1) in ("NOTHING FOUND", "mqueue")
+        assert read.result.score == 0
+    finally:
+        if not IPC_NS:
+            _unlink_leaked_queue()
+
+
+def test_sysv_channel_closed_between_gradings_at_the_same_time() -> None:
+    """The reader is graded while the leaking submission is loaded and holds its segment."""
+    if not IPC_NS:
+        pytest.skip("no IPC namespace here: gradings running at the same time share SysV IPC (README)")
+    read = graded("ipc_sysv_read.py")
+    assert "FOUND: NOTHING FOUND" in read.result.output_excerpt
+    assert read.around["isolation"]["namespaces"] == ISOLATION["namespaces"]
+
+
+def _held(excerpt: str, what: str) -> int:
+    match = re.search(rf"{what} HELD (\d+) MiB \((\d+) killed\)", excerpt)
+    assert match, excerpt[-1000:]
+    return int(match.group(1))
+
+
+def test_memory_cap_counts_memfd_and_every_child() -> None:
+    """memfd pages never mapped, and forked children each under the cap, are all counted together."""
+    if not CGROUP:
+        pytest.skip("no cgroup can be made here: RLIMIT_AS caps each process, and memfd pages not at all")
+    run = graded("resource_memfd_children.py")
+    cap = EXPECT["resource_memfd_children.py"].limits["memory_mb"]
+    assert run.result.isolation["limits"]["memory_mb"] == cap
+    assert run.result.isolation["cgroup"] == CGROUP
+    # Unbounded, the attacks would hold 3072 and 1800 MiB; each must have run, and been stopped under the cap.
+    assert 128 <= _held(run.result.output_excerpt, "MEMFD") < cap
+    assert 128 <= _held(run.result.output_excerpt, "CHILDREN") < cap
+
+
+def test_fork_bomb_stops_at_the_process_limit() -> None:
+    run = graded("resource_fork_bomb.py")
+    counts = re.findall(r"FORKED (\d+) BEFORE REFUSAL \((\w+)\)", run.result.output_excerpt)
+    assert counts, run.result.output_excerpt[-1000:]
+    for count, refused in counts:
+        assert refused == "BlockingIOError" and int(count) < CONFIG.limits.pids, (count, refused)
+    assert run.result.isolation["limits"]["pids"] == CONFIG.limits.pids
+
+
+def test_proc_shows_no_other_grading() -> None:
+    """Another grading runs while the spy reads /proc: none of its paths or its socket may show."""
+    run = graded("spy_proc.py")
+    excerpt = run.result.output_excerpt
+    assert "PROCESSES SEEN" in excerpt or "PROCESS LIST REFUSED" in excerpt, excerpt[-500:]
+    if not (PID_NS or FILES):
+        pytest.skip("no PID namespace and no Landlock here: every process's command line is readable")
+    for path in run.around["paths"]:
+        assert path not in excerpt
+    if PID_NS:
+        seen = re.search(r"PROCESSES SEEN: (\d+)", excerpt)
+        assert seen and int(seen.group(1)) <= 4, excerpt[-500:]  # its init and its own processes
+    else:
+        assert "PROCESS LIST REFUSED" in excerpt and "SOCKET TABLE REFUSED" in excerpt
+
+
+def test_terminals_are_out_of_reach() -> None:
+    """A terminal anyone may open, with a line typed in: the submission neither opens nor reads it."""
+    if not (MOUNT_NS or FILES):
+        pytest.skip("no mount namespace and no Landlock here: the submission can open any terminal its uid may")
+    run = graded("spy_terminal.py")
+    assert "OPENED: NO TERMINAL" in run.result.output_excerpt, run.result.output_excerpt[-500:]
+    assert run.around["unread"], "the line typed into the terminal was consumed"
+
+
+def test_network_and_sockets_reach_nothing() -> None:
+    """UDP to this machine, a Unix socket anyone may open, an abstract socket: the test listens on each."""
+    run = graded("net_sockets.py")
+    around, excerpt = run.around, run.result.output_excerpt
+    assert "REACHED:" in excerpt, excerpt[-500:]
+    checks = {
+        "udp": (NET_NS, "no network namespace here: UDP is not confined (Landlock covers TCP only)"),
+        "unix": (MOUNT_NS, "no mount namespace here: a Unix socket that the submission's uid may open is reachable by path"),
+        "abstract": (NET_NS or SIGNALS, "no network namespace and no Landlock scoping here: abstract sockets are reachable"),
+    }
+    missing = []
+    for kind, (defended, reason) in checks.items():
+        if around.get(kind) is None:
+            missing.append(f"{kind}: could not listen here")
+        elif defended:
+            assert around[kind] == "nothing", (kind, excerpt[-500:])
+        else:
+            missing.append(reason)
+    if NET_NS and MOUNT_NS:
+        assert "REACHED: NOTHING" in excerpt, excerpt[-500:]
+    if missing:
+        pytest.skip("; ".join(missing))

@@ -10,23 +10,26 @@ What a submission runs under (defaults from grader/config.toml [limits]):
 - time: `cell_timeout_s` (60) per cell at load time, `call_timeout_s` (10) per graded call,
   `item_budget_s` (60) per rubric item, `total_budget_s` (600) for the whole submission; a
   cell that hangs or kills its process is skipped when the cells are run again;
-- memory: RLIMIT_AS of `memory_mb` (2048 MiB) on the process that runs the cells and on
-  everything it forks (not under CUDA, which maps far more than it uses);
+- memory: `memory_mb` (2048 MiB) for the whole submission in a cgroup (cgroups.py) where the
+  judge can make one, and RLIMIT_AS of as much on each process (not under CUDA, which maps
+  far more than it uses); `pids` (128) processes; `open_files` per process; no core dumps;
 - output: the first `output_kb` (64 KiB) of stdout+stderr kept, the rest counted and dropped;
-- files: RLIMIT_FSIZE of 64 MiB per file; no core dumps;
-- processes: the worker's first process is a child subreaper in its own session, so every
-  process the submission starts (daemons, double forks, setsid, an emptied environment)
-  stays below it and is killed when the sandbox closes, or when the judge dies (a lifeline
-  pipe); the private directory (pa-grade-*) is removed either way;
-- Landlock, where the kernel has it (see `isolation()`): reads only of the Python
-  installation, its import directories (less the grader) and system directories, writes only
-  in the private work directory; no TCP; no signal or ptrace to any process outside the
-  sandbox, and no signal from one graded session to the loaded process or another session.
-  Set PA_GRADER_LANDLOCK=0 in the judge's environment to turn it off.
+- files: RLIMIT_FSIZE of `file_mb` (64 MiB) per file;
+- namespaces where the kernel allows them (spawn.py, namespaces.py): user, PID (with its own
+  /proc), IPC, network (none) and mount (a bare /dev, empty /tmp and /run); a uid of its own
+  per grading when the judge runs as root (uids.py);
+- processes: everything the submission starts stays below the worker's keeper and is killed
+  when the sandbox closes, or when the judge dies (a lifeline pipe); the private directory
+  (pa-grade-*), the cgroup and, where no IPC namespace took them, the IPC objects the
+  submission made (ipc.py) are removed either way;
+- Landlock, where the kernel has it: reads only of the Python installation, its import
+  directories (less the grader) and system directories, writes only in the private work
+  directory; no TCP; no signal or ptrace to any process outside the sandbox, and no signal
+  from one graded session to the loaded process or another session.
 
-Without Landlock (kernels before 5.13; signal scoping needs 6.12) a submission runs with the
-judge's user rights: it could read the answer key from disk, write files or signal the
-judge.  Run the grader in a container, as an unprivileged user, in that case.
+`isolation_report()` says which of these were in force (GradeResult.isolation).  Switches in
+the judge's environment: PA_GRADER_NAMESPACES=0, PA_GRADER_USER_NAMESPACE=0, PA_GRADER_CGROUPS=0,
+PA_GRADER_LANDLOCK=0.
 """
 
 from __future__ import annotations
@@ -51,13 +54,19 @@ from pathlib import Path
 from typing import Any
 
 from grader.config import Limits
+from grader.sandbox import cgroups, ipc, isolation, uids
+from grader.sandbox.isolation import (
+    CGROUP_SWITCH,
+    LANDLOCK_SWITCH,
+    NAMESPACES_SWITCH,
+    USER_NAMESPACE_SWITCH,
+    switched_on,
+)
 from grader.submission import Cell
 
 WORKER = Path(__file__).with_name("worker.py")
 MAX_FRAME = 16 << 20  # no correct reply is near this; a larger one is refused unread
 TOKEN_VAR = "PA_GRADER_SANDBOX"
-LANDLOCK_SWITCH = "PA_GRADER_LANDLOCK"  # "0" in the judge's environment turns the file/signal/network confinement off
-FILE_MB = 64  # largest file the submission may write (RLIMIT_FSIZE)
 FORK_TIMEOUT_S = 5.0  # the loaded submission answers a fork order within this, or is restarted
 ATTENTION_INPUTS = ("query", "key_cache", "value_cache", "block_tables", "seq_lens")
 CONTRACT_NAMES = ("estimate_kv_cache_bytes", "Request", "KVCacheManager", "paged_attention")
@@ -91,7 +100,7 @@ class LoadReport:
     cuda_initialized: bool
     restarts: int
     failed: str | None = None  # why loading never finished, if it did not
-    landlock: int = 0  # the Landlock ABI the submission runs under (0: none; see isolation())
+    landlock: int = 0  # the Landlock ABI the submission runs under (0: none)
 
 
 @dataclass
@@ -100,29 +109,6 @@ class Reply:
     value: Any = None
     error: dict[str, Any] | None = None
     state: dict[str, Any] | None = None
-
-
-def landlock_abi() -> int:
-    """The Landlock ABI this kernel offers (0 when it has none): what confines a submission."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.syscall.restype = ctypes.c_long
-        abi = libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
-        return int(abi) if abi > 0 else 0
-    except (OSError, AttributeError):
-        return 0
-
-
-def isolation() -> dict[str, bool]:
-    """What this machine lets the sandbox enforce (see the README's section on the sandbox)."""
-    abi = landlock_abi() if os.environ.get(LANDLOCK_SWITCH, "1") != "0" else 0
-    return {
-        "files": abi >= 1,  # reads limited to the Python installation, writes to a private directory
-        "network": abi >= 4,  # no TCP
-        "signals": abi >= 6,  # no signal or ptrace to the judge or anything outside the sandbox
-    }
 
 
 class OutputCapture:
@@ -285,6 +271,10 @@ class Sandbox:
         self.allow_cuda = allow_cuda
         self.python = python or sys.executable
         self.token = secrets.token_hex(8)
+        self.since = time.time()
+        self.ipc_before = ipc.snapshot()
+        # As root, a uid of this grading's own: nothing of it can touch another grading's.
+        self.uid = uids.claim()
         self.tmp = Path(tempfile.mkdtemp(prefix="pa-grade-"))
         self.workdir = self.tmp / "work"
         self.workdir.mkdir()
@@ -294,6 +284,21 @@ class Sandbox:
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(self.socket_path)
         self.listener.listen(16)
+        if self.uid is not None:
+            # The judge's directory: the submission's uid may pass through (group), open the
+            # socket and the shared inputs, and write only in work/.  Nobody else may enter.
+            os.chown(self.tmp, 0, self.uid.gid)
+            os.chmod(self.tmp, 0o710)
+            os.chown(self.shared_dir, 0, self.uid.gid)
+            os.chmod(self.shared_dir, 0o710)
+            os.chown(self.socket_path, 0, self.uid.gid)
+            os.chmod(self.socket_path, 0o660)
+            os.chown(self.workdir, self.uid.uid, self.uid.gid)
+            os.chmod(self.workdir, 0o700)
+        self.cgroup = cgroups.create(f"{cgroups.PREFIX}{os.getpid()}-{self.token}", limits.memory_mb, limits.pids) if switched_on(CGROUP_SWITCH) else None
+        self._confined: dict[str, Any] = {}
+        self._peer_uid: int | None = None
+        self._ipc_namespaced = True  # every worker so far had an IPC namespace (else: sweep after)
         self.process: subprocess.Popen[bytes] | None = None
         self.control: socket.socket | None = None
         self.report: LoadReport | None = None
@@ -317,6 +322,42 @@ class Sandbox:
         self._kill_strays()
         self.listener.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
+        if self.cgroup is not None:
+            self.cgroup.remove()
+        if self.uid is not None:
+            ipc.sweep(self.uid.uid)  # this grading's uid alone: whatever it owns was the submission's
+            self.uid.release()
+            self.uid = None
+        elif not self._ipc_namespaced:
+            ipc.sweep(os.geteuid(), self.ipc_before, self.since)
+
+    def isolation_report(self) -> dict[str, Any]:
+        """What confined the submission (GradeResult.isolation), as the worker put it in force."""
+        confined = self._confined
+        return isolation.report(
+            namespaces=[n for n in confined.get("namespaces", []) if isinstance(n, str)],
+            uid=self._peer_uid if self._peer_uid is not None else (self.uid.uid if self.uid is not None else None),
+            cgroup=self.cgroup,
+            rlimits={k: v for k, v in (confined.get("limits") or {}).items() if type(v) is int},
+            landlock=self.landlock,
+            devices=[d for d in confined.get("devices", []) if isinstance(d, str)][:64],
+        )
+
+    def _plan(self) -> str:
+        """What the worker's first processes set up before any cell (spawn.enter), as one argument."""
+        plan = {
+            "namespaces": switched_on(NAMESPACES_SWITCH),
+            "user_namespace": switched_on(USER_NAMESPACE_SWITCH),
+            "uid": self.uid.uid if self.uid is not None else None,
+            "gid": self.uid.gid if self.uid is not None else None,
+            "cgroups": self.cgroup.paths if self.cgroup is not None else [],
+            "uid_lock": self.uid.fd if self.uid is not None else None,
+            "uid_lock_path": self.uid.path if self.uid is not None else None,
+            "cuda": self.allow_cuda,
+            "tmpfs_mb": self.limits.file_mb,
+            "since": self.since,
+        }
+        return json.dumps(plan)
 
     def _env(self) -> dict[str, str]:
         env = {
@@ -348,13 +389,13 @@ class Sandbox:
         life_r, life_w = os.pipe()  # the worker's reaper kills everything when this closes
         try:
             self.process = subprocess.Popen(
-                [self.python, "-u", "-s", "-P", str(WORKER), self.socket_path, str(life_r)],
+                [self.python, "-u", "-s", "-P", str(WORKER), self.socket_path, str(life_r), self._plan()],
                 cwd=self.workdir,
                 env=self._env(),
                 stdin=subprocess.DEVNULL,
                 stdout=out_w,
                 stderr=err_w,
-                pass_fds=(life_r,),
+                pass_fds=(life_r,) + ((self.uid.fd,) if self.uid is not None and self.uid.fd is not None else ()),
                 start_new_session=True,
             )
         except BaseException:
@@ -369,9 +410,10 @@ class Sandbox:
         self._captures.append((OutputCapture(out_r, limit), OutputCapture(err_r, limit)))
         self.control = self._accept(time.monotonic() + 60, starting=True)
         self._zygote_pid = _peer_pid(self.control)
+        self._peer_uid = _peer_uid(self.control)
 
     def _accept(self, deadline: float, starting: bool = False) -> socket.socket:
-        """The next connection from a child of the reaper (starting) or of the zygote (a session).
+        """The next connection from the zygote (starting: keeper -> nest -> init -> zygote) or a child of it.
 
         Anything else waiting in the backlog (a session child of a zygote killed a moment ago,
         a process of the submission dialling in) is dropped.
@@ -384,14 +426,26 @@ class Sandbox:
             self.listener.settimeout(min(remaining, 0.2))
             try:
                 conn, _ = self.listener.accept()
-                if _parent_of(_peer_pid(conn)) == parent:
+                above = [_parent_of(_peer_pid(conn))]
+                if starting:  # keeper -> nest -> init -> zygote; init is the keeper's child if the nest died
+                    above += [_parent_of(above[-1]), _parent_of(_parent_of(above[-1]))]
+                if parent in above:
                     return conn
                 conn.close()
             except TimeoutError:
                 if self.process is None or self.process.poll() is not None:
-                    raise WorkerLost("exited", "the worker exited before connecting") from None
+                    raise WorkerLost("exited", f"the worker exited before connecting{self._last_words()}") from None
                 if not starting and not self._zygote_alive():
                     raise WorkerLost("exited", "the loaded submission is gone") from None
+
+    def _last_words(self) -> str:
+        """The worker's exit status and last line on stderr, for a start that failed (never student code)."""
+        if self.process is None or not self._captures:
+            return ""
+        err = self._captures[-1][1]
+        err.stop(wait=0.5)
+        lines = [line for line in err.text().splitlines() if line.strip()]
+        return f" (status {self.process.returncode}{': ' + lines[-1][:300] if lines else ''})"
 
     def _zygote_alive(self) -> bool:
         """Whether the process that ran the cells is still there (its control connection is open)."""
@@ -421,6 +475,8 @@ class Sandbox:
                 self.process.kill()
             self.process.wait()
             self.process = None
+        if self.cgroup is not None:
+            cgroups.kill(self.cgroup.paths)  # anything that left the process tree is still in the cgroup
         if self._lifeline is not None:
             os.close(self._lifeline)
             self._lifeline = None
@@ -473,6 +529,9 @@ class Sandbox:
         return [seen.get(c.index) or self._skip.get(c.index) or CellOutcome(c.index, "not_run") for c in self.cells]
 
     def _try_load(self, total_deadline: float) -> LoadReport:
+        if self.uid is None and os.geteuid() == 0:
+            # Never run a submission as root: it would own every root-owned file.
+            raise SandboxBroken(f"the grader runs as root but could not claim a uid for the submission (no lock directory among {uids.LOCK_DIRS})")
         self._start_worker()
         assert self.control is not None
         runnable = [{"index": c.index, "source": c.source} for c in self.cells if c.index not in self._skip]
@@ -482,8 +541,14 @@ class Sandbox:
             "workdir": str(self.workdir),
             "shared": str(self.shared_dir),
             "cuda": self.allow_cuda,
-            "landlock": os.environ.get(LANDLOCK_SWITCH, "1") != "0",
-            "limits": {"memory_mb": self._memory_mb(), "file_mb": FILE_MB},
+            "landlock": switched_on(LANDLOCK_SWITCH),
+            "limits": {
+                "memory_mb": self._memory_mb(),
+                "file_mb": self.limits.file_mb,
+                "nofile": self.limits.open_files,
+                "nproc": self.limits.pids,
+                "own_uid": self.uid is not None,
+            },
         }
         try:
             _send(self.control, load)
@@ -501,7 +566,12 @@ class Sandbox:
                     # The first event comes before any cell runs, so it is the worker's own word.
                     if kind != "confined":
                         raise WorkerLost("protocol", "the worker did not report its confinement")
+                    if event.get("fatal"):
+                        raise SandboxBroken(str(event["fatal"])[:2000])
                     self.landlock = event.get("landlock") if type(event.get("landlock")) is int else 0
+                    self._confined = event
+                    if "ipc" not in event.get("namespaces", []):
+                        self._ipc_namespaced = False
                     confined = True
                 elif kind == "cell_start":
                     current = _index(event)
@@ -572,13 +642,18 @@ class Sandbox:
             # The loaded submission did not fork (stopped, hung or dead): start it again next time.
             self._stop_worker()
             raise
-        return Session(conn, _peer_pid(conn), self.limits.call_timeout_s, deadline, shared_dir=self.shared_dir)
+        gid = self.uid.gid if self.uid is not None else None
+        return Session(conn, _peer_pid(conn), self.limits.call_timeout_s, deadline, shared_dir=self.shared_dir, shared_gid=gid)
 
     def output(self) -> tuple[str, int]:
         """What the submission printed (first bytes, on stdout then stderr) and how much in all."""
         limit = self.limits.output_kb << 10
         out = "".join(o.text() for o, _ in self._captures) + "".join(e.text() for _, e in self._captures)
         return out[:limit], sum(o.total + e.total for o, e in self._captures)
+
+
+class SandboxBroken(Exception):
+    """The worker could not build its confinement (the machine's doing, not the submission's)."""
 
 
 class _CellKilled(Exception):
@@ -602,6 +677,13 @@ def _peer_pid(conn: socket.socket) -> int:
     return pid
 
 
+def _peer_uid(conn: socket.socket) -> int:
+    """The uid the peer runs as, as this process sees it (outside the worker's user namespace)."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _, uid, _ = struct.unpack("3i", creds)
+    return uid
+
+
 @dataclass
 class Session:
     """One forked child.  `call` sends one operation and waits for its reply within the limits."""
@@ -612,6 +694,7 @@ class Session:
     deadline: float
     alive: bool = True
     shared_dir: Path | None = None
+    shared_gid: int | None = None  # the submission's group, when it runs under a uid of its own
     _next_id: int = field(default=0)
 
     def call(self, op: str, timeout: float | None = None, **fields: Any) -> Reply:
@@ -624,7 +707,7 @@ class Session:
         self._next_id += 1
         shared = None
         if op == "attention" and fields.get("device", "cpu") == "cpu" and self.shared_dir is not None:
-            fields, shared = _share_inputs(fields, self.shared_dir)
+            fields, shared = _share_inputs(fields, self.shared_dir, self.shared_gid)
         message = {"op": op, "id": self._next_id, **fields}
         call_deadline = min(now + (timeout or self.call_timeout_s), self.deadline)
         try:
@@ -689,7 +772,7 @@ class _SharedInputs:
             pass
 
 
-def _share_inputs(fields: dict[str, Any], directory: Path) -> tuple[dict[str, Any], _SharedInputs | None]:
+def _share_inputs(fields: dict[str, Any], directory: Path, gid: int | None = None) -> tuple[dict[str, Any], _SharedInputs | None]:
     blobs: dict[str, bytes] = {}
     for name in ATTENTION_INPUTS:
         payload = fields.get(name)
@@ -705,6 +788,9 @@ def _share_inputs(fields: dict[str, Any], directory: Path) -> tuple[dict[str, An
         return fields, None
     path = directory / f"inputs-{secrets.token_hex(8)}"
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    if gid is not None:  # the submission's own uid reads and writes it through its group
+        os.fchown(fd, -1, gid)
+        os.fchmod(fd, 0o660)
     for name, blob in blobs.items():
         os.pwrite(fd, blob, regions[name][0])
     os.ftruncate(fd, offset)

@@ -1,13 +1,15 @@
 """The process that runs a submission's code.  Started as a script, never imported by the judge.
 
-    python -u -s -P worker.py SOCKET_PATH LIFELINE_FD
+    python -u -s -P worker.py SOCKET_PATH LIFELINE_FD PLAN_JSON
 
-Three kinds of process come from it, all in one new session started by the judge:
+The processes that come from it, all in one new session started by the judge:
 
-- the *reaper* (the process the judge started): it marks itself a child subreaper, forks the
-  zygote and then only reaps.  Whatever the submission starts and orphans (a daemon, a
-  double fork, a `setsid` child) becomes its child, so the judge finds every process of the
-  submission by walking the reaper's descendants and kills them all at the end;
+- the *keeper*, *nest* and *init* (spawn.py, before torch is imported): the keeper stays
+  outside and holds the judge's lifeline; the nest joins the grading's cgroup and unshares
+  the user, PID, IPC, network and mount namespaces; init, PID 1 of the new namespace,
+  builds a private /proc, /dev and /tmp and then only reaps.  Whatever the submission
+  starts and orphans stays in its namespace (without one, below init as a child subreaper),
+  and dies with it;
 - the *zygote*: it caps its own resources, shuts itself in (Landlock, when the kernel has
   it: no file outside the Python installation and its own work directory, no signal or
   ptrace to anything outside the sandbox, no TCP), runs the notebook's cells once and then
@@ -72,12 +74,11 @@ import mmap
 import os
 import random
 import resource
-import select
 import signal
 import socket
+import stat
 import struct
 import sys
-import time
 import traceback
 
 CONTRACT = ("estimate_kv_cache_bytes", "Request", "KVCacheManager", "paged_attention")
@@ -144,7 +145,6 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 PR_SET_NO_NEW_PRIVS = 38
-PR_SET_CHILD_SUBREAPER = 36
 SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_ADD_RULE, SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
 LANDLOCK_RULE_PATH_BENEATH = 1
 
@@ -157,8 +157,9 @@ SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1
 READ_ONLY = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
 FILE_RIGHTS = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV
 
-SYSTEM_READ = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/opt", "/proc", "/sys", "/dev")
+SYSTEM_READ = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/opt", "/sys")
 DEVICE_FILES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+PROC_HIDDEN = ("net", "sysvipc")  # every socket path and IPC object on the machine, when /proc is the host's
 
 
 class _RulesetAttr(ctypes.Structure):
@@ -192,6 +193,16 @@ def _private_entry(name):
     return lowered.startswith(BLOCKED_TOP_LEVEL) or "paged_attention" in lowered or lowered.startswith("__editable__")
 
 
+def _read_roots():
+    """The folders the submission reads from: the Python installation, its libraries, system files."""
+    roots = set()
+    libraries = [p for name in ("LD_LIBRARY_PATH", "CUDA_HOME") for p in os.environ.get(name, "").split(os.pathsep) if p]
+    for root in (*SYSTEM_READ, sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable)), *libraries, *sys.path):
+        if root and os.path.isdir(root):
+            roots.add(os.path.realpath(root))
+    return sorted(r for r in roots if not any(r != o and r.startswith(o + os.sep) for o in roots))
+
+
 def _read_rules():
     """Paths the submission may read: the Python installation and system files, less the grader.
 
@@ -199,22 +210,16 @@ def _read_rules():
     installed in it) is never allowed whole: each of its other entries is, one by one, and so
     are the siblings of every directory on the way down to it.
     """
-    roots, private = set(), set()
-    libraries = [p for name in ("LD_LIBRARY_PATH", "CUDA_HOME") for p in os.environ.get(name, "").split(os.pathsep) if p]
-    for root in (*SYSTEM_READ, sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable)), *libraries):
-        if os.path.isdir(root):
-            roots.add(os.path.realpath(root))
+    roots, private = set(_read_roots()), set()
     for item in sys.path:
         if not item or not os.path.isdir(item):
             continue
         real = os.path.realpath(item)
-        roots.add(real)
         try:
             if any(_private_entry(n) for n in os.listdir(real)):
                 private.add(real)
         except OSError:
             continue
-    roots = {r for r in roots if not any(r != o and r.startswith(o + os.sep) for o in roots)}
     rules = []
 
     def walk(directory):
@@ -254,8 +259,30 @@ def _add_rule(ruleset, path, access, abi):
         os.close(fd)
 
 
-def landlock(writable, shared, extra_devices=()):
-    """Shut this process (and all it forks) in; returns the ABI used, or 0 without Landlock."""
+def _proc_rules():
+    """What of the host's /proc a submission may read when it has no /proc of its own.
+
+    Not the folders of other processes (other gradings' command lines and socket paths), and
+    not the machine-wide socket and IPC tables: the system-wide files, and this process's own
+    folder, less its net/ (a process forked later cannot read its own folder then).
+    """
+    rules = []
+    own = os.path.realpath("/proc/self")
+    for folder, names in (("/proc", [n for n in os.listdir("/proc") if not n.isdigit()]), (own, os.listdir(own))):
+        for name in names:
+            path = os.path.join(folder, name)
+            # Never a link: a rule follows it, and /proc/self/root leads to "/", cwd and exe elsewhere.
+            if name not in PROC_HIDDEN and not os.path.islink(path):
+                rules.append(path)
+    return rules
+
+
+def landlock(writable, shared, extra_devices=(), own_proc=False, own_dev=False):
+    """Shut this process (and all it forks) in; returns the ABI used, or 0 without Landlock.
+
+    `own_proc` and `own_dev`: /proc and /dev are the sandbox's own (namespaces.py) and may be
+    read whole; otherwise only what _proc_rules() and the device files allow.
+    """
     abi = landlock_abi()
     if abi <= 0:
         return 0
@@ -265,7 +292,8 @@ def landlock(writable, shared, extra_devices=()):
     if ruleset < 0:
         raise OSError(ctypes.get_errno(), "landlock_create_ruleset")
     try:
-        for path in _read_rules():
+        reads = _read_rules() + (["/proc"] if own_proc else _proc_rules()) + (["/dev"] if own_dev else [])
+        for path in reads:
             try:
                 _add_rule(ruleset, path, READ_ONLY, abi)
             except OSError:
@@ -325,114 +353,108 @@ def drop_capabilities():
     return caps.get("CapEff", 1) == 0 and caps.get("CapPrm", 1) == 0 and caps.get("CapBnd", 1) == 0
 
 
-def apply_limits(limits):
-    """Resource caps of the zygote and everything it forks, set before any cell runs."""
-    memory_mb = limits.get("memory_mb")
-    if memory_mb:
-        resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
-    fsize = limits.get("file_mb")
-    if fsize:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize << 20, fsize << 20))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-
-def confine(load):
-    """Limits, then Landlock.  Returns what the judge is told (before any cell runs, so it is true)."""
-    apply_limits(load.get("limits") or {})
-    devices = []
-    if load.get("cuda"):
-        devices = [os.path.join("/dev", n) for n in os.listdir("/dev") if n.startswith("nvidia")]
-    report = {"landlock": 0}
-    if load.get("landlock") is False:  # switched off by the instructor (PA_GRADER_LANDLOCK=0)
-        report["error"] = "switched off"
-    else:
-        try:
-            report["landlock"] = landlock([load["workdir"]], [load["shared"]] if load.get("shared") else [], devices)
-        except OSError as error:
-            report["error"] = _safe_str(error)[:300]
-    report["capabilities_dropped"] = drop_capabilities()
-    return report
-
-
-def descendants(root):
-    """Every live process below `root` (its children, theirs, ...), read from /proc."""
-    children = {}
+def _tasks_of(uid):
+    """Processes and threads of `uid` now (what RLIMIT_NPROC counts where no user namespace resets it)."""
+    count = 0
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
+            with open(f"/proc/{name}/status") as f:
+                fields = dict(line.split(":", 1) for line in f if line.startswith(("Uid:", "Threads:")))
+            if int(fields["Uid:"].split()[0]) == uid:
+                count += int(fields["Threads:"])
+        except (OSError, KeyError, ValueError, IndexError):
             continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 1 and fields[0] != b"Z":
-            children.setdefault(int(fields[1]), []).append(int(name))
-    found, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            found.append(child)
-            todo.append(child)
-    return found
+    return count
 
 
-def _kill_below_and_exit(leftovers=None):
-    for _round in range(200):
-        below = descendants(os.getpid())
-        if not below:
-            break
-        for pid in below:
+def apply_limits(limits, facts=None):
+    """Resource caps of the zygote and everything it forks, set before any cell runs.
+
+    Returns the caps in force.  RLIMIT_NPROC counts the processes of a uid in a user
+    namespace, so it bounds the submission alone when it has a user namespace or a uid of its
+    own; otherwise it counts all of the judge's user's, and the cap is that count plus `nproc`.
+    """
+    applied = {}
+    memory_mb = limits.get("memory_mb")
+    if memory_mb:
+        resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
+        applied["memory_mb"] = memory_mb
+    fsize = limits.get("file_mb")
+    if fsize:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (fsize << 20, fsize << 20))
+        applied["file_mb"] = fsize
+    nofile = limits.get("nofile")
+    if nofile:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+        applied["nofile"] = nofile
+    nproc = limits.get("nproc")
+    if nproc:
+        alone = "user" in (facts or {}).get("namespaces", ()) or limits.get("own_uid")
+        cap = nproc if alone else nproc + _tasks_of(os.getuid())
+        resource.setrlimit(resource.RLIMIT_NPROC, (cap, cap))
+        applied["nproc"] = nproc
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    return applied
+
+
+def _devices(own_dev, abi, granted):
+    """The devices the submission can open: its own /dev's, those Landlock grants, or all of /dev."""
+    if own_dev:
+        found = []
+        for name in sorted(os.listdir("/dev")):
+            path = os.path.join("/dev", name)
             try:
-                os.kill(pid, signal.SIGKILL)
+                mode = os.lstat(path).st_mode  # not /dev/stdin and its kin, links to /proc/self/fd
             except OSError:
-                pass
-    if leftovers:  # the judge died before it could remove its private directory
-        import shutil
+                continue
+            if stat.S_ISCHR(mode) or (stat.S_ISDIR(mode) and name.startswith("nvidia")):
+                found.append(path)
+        return found
+    if abi:
+        return [p for p in granted if os.path.exists(p)]
+    return ["/dev"]
 
-        shutil.rmtree(leftovers, ignore_errors=True)
-    _exit(0)
+
+def confine(load, facts=None):
+    """Limits, then Landlock.  Returns what the judge is told (before any cell runs, so it is true)."""
+    facts = facts or {}
+    report = {"limits": apply_limits(load.get("limits") or {}, facts)}
+    devices = []
+    if load.get("cuda"):
+        devices = [os.path.join("/dev", n) for n in os.listdir("/dev") if n.startswith("nvidia")]
+    report["landlock"] = 0
+    if load.get("landlock") is False:  # switched off by the instructor (PA_GRADER_LANDLOCK=0)
+        report["error"] = "switched off"
+    else:
+        try:
+            shared = [load["shared"]] if load.get("shared") else []
+            report["landlock"] = landlock([load["workdir"]], shared, devices, facts.get("proc", False), facts.get("dev", False))
+        except OSError as error:
+            report["error"] = _safe_str(error)[:300]
+    report["namespaces"] = list(facts.get("namespaces", ()))
+    report["devices"] = _devices(facts.get("dev", False), report["landlock"], list(DEVICE_FILES) + devices)
+    report["capabilities_dropped"] = drop_capabilities()
+    return report
 
 
-def become_reaper(lifeline, private_dir):
-    """Split into the reaper (this process, which never returns) and the zygote (which returns).
+def become_reaper(lifeline, private_dir, plan):
+    """Split into the worker's keeper, nest and init (spawn.py: they never return) and the zygote.
 
     `lifeline` is the read end of a pipe whose write end only the judge holds: when the judge
-    goes away, however it dies, the reaper sees end-of-file, kills everything below itself
-    and exits, removing the judge's private directory (the one holding the socket).
+    goes away, however it dies, the keeper sees end-of-file, kills everything below itself
+    and removes the judge's private directory (the one holding the socket) and the cgroup.
+    Returns, in the zygote, what spawn.enter() put in force.
     """
-    _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    zygote = _fork()
-    if zygote == 0:
-        if lifeline is not None:
-            os.close(lifeline)
-        return
-    # The reaper runs no submission code.  It ignores what a terminal or a process-group
-    # kill would send it, and exits when nothing is left below it.
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
-        signal.signal(sig, signal.SIG_IGN)
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(devnull, fd)
-    os.closerange(3, lifeline if lifeline is not None else 1 << 16)
-    if lifeline is not None:
-        os.closerange(lifeline + 1, 1 << 16)
-    status = 0
-    while True:
-        if lifeline is not None:
-            ready, _, _ = select.select([lifeline], [], [], 0.25)
-            if ready and not os.read(lifeline, 1):
-                _kill_below_and_exit(private_dir)
-        else:
-            time.sleep(0.25)
-        while True:
-            try:
-                pid, code = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                _exit(status)
-            if pid == 0:
-                break
-            if pid == zygote:
-                status = os.waitstatus_to_exitcode(code) & 0xFF
+    import importlib.util
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location("_pa_sandbox_spawn", os.path.join(here, "spawn.py"))
+    spawn = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = spawn
+    spec.loader.exec_module(spawn)
+    return spawn.enter(plan, lifeline, private_dir, _read_roots())
 
 
 # --- errors and plain data -------------------------------------------------------------
@@ -817,15 +839,20 @@ def reseed():
         sys.modules["numpy"].random.seed(0)
 
 
-def main(path, lifeline=None):
-    become_reaper(lifeline, os.path.dirname(path))
+def main(path, lifeline=None, plan=None):
+    facts = become_reaper(lifeline, os.path.dirname(path), plan or {})
+    if facts.get("fatal"):  # never run a cell in a sandbox that could not be built
+        control = connect(path)
+        recv(control)
+        send(control, {"event": "confined", "fatal": facts["fatal"]})
+        return
     sys.meta_path.insert(0, _BlockAnswerKey())
     import torch
 
     torch.set_num_threads(1)  # small tensors; one thread also keeps fork() safe
     control = connect(path)
     load = recv(control)
-    send(control, {"event": "confined", **confine(load)})
+    send(control, {"event": "confined", **confine(load, facts)})
     namespace = notebook_namespace()
     reseed()
     run_cells(control, [(c["index"], c["source"]) for c in load["cells"]], namespace)
@@ -861,7 +888,7 @@ def main(path, lifeline=None):
 
 if __name__ == "__main__":
     try:
-        main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else None)
+        main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else None, json.loads(sys.argv[3]) if len(sys.argv) > 3 else None)
     except (EOFError, BrokenPipeError, ConnectionError):
         pass
     _exit(0)
