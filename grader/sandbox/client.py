@@ -54,7 +54,8 @@ from pathlib import Path
 from typing import Any
 
 from grader.config import Limits
-from grader.sandbox import cgroups, ipc, isolation, uids
+from grader.sandbox import cgroups, ipc, isolation, uids, warm
+from grader.sandbox.forked import Forked, ForkRefused
 from grader.sandbox.isolation import (
     CGROUP_SWITCH,
     LANDLOCK_SWITCH,
@@ -262,6 +263,26 @@ def kill_descendants(root: int) -> int:
     return killed
 
 
+def worker_env(allow_cuda: bool) -> dict[str, str]:
+    """The worker's whole environment, less what is the grading's own (HOME, TMPDIR, the token)."""
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "LANG": "C.UTF-8",
+        "PYTHONHASHSEED": "0",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "PYTORCH_NVML_BASED_CUDA_CHECK": "1",
+    }
+    if allow_cuda:
+        for name in ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "CUDA_HOME"):
+            if name in os.environ:
+                env[name] = os.environ[name]
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
 class Sandbox:
     """One submission's worker.  Use as a context manager: everything it started dies on exit."""
 
@@ -299,7 +320,8 @@ class Sandbox:
         self._confined: dict[str, Any] = {}
         self._peer_uid: int | None = None
         self._ipc_namespaced = True  # every worker so far had an IPC namespace (else: sweep after)
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: subprocess.Popen[bytes] | Forked | None = None
+        self.warm = False  # whether the worker was forked from a warm template (warm.py)
         self.control: socket.socket | None = None
         self.report: LoadReport | None = None
         self.landlock = 0
@@ -360,25 +382,7 @@ class Sandbox:
         return json.dumps(plan)
 
     def _env(self) -> dict[str, str]:
-        env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-            "HOME": str(self.workdir),
-            "TMPDIR": str(self.workdir),
-            "LANG": "C.UTF-8",
-            "PYTHONHASHSEED": "0",
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "OMP_NUM_THREADS": "1",
-            "MKL_NUM_THREADS": "1",
-            "PYTORCH_NVML_BASED_CUDA_CHECK": "1",
-            TOKEN_VAR: self.token,
-        }
-        if self.allow_cuda:
-            for name in ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "CUDA_HOME"):
-                if name in os.environ:
-                    env[name] = os.environ[name]
-        else:
-            env["CUDA_VISIBLE_DEVICES"] = ""
-        return env
+        return {**worker_env(self.allow_cuda), "HOME": str(self.workdir), "TMPDIR": str(self.workdir), TOKEN_VAR: self.token}
 
     def _memory_mb(self) -> int | None:
         return None if self.allow_cuda else self.limits.memory_mb  # CUDA maps more address space than it uses
@@ -387,15 +391,18 @@ class Sandbox:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         life_r, life_w = os.pipe()  # the worker's reaper kills everything when this closes
+        lock = (self.uid.fd,) if self.uid is not None and self.uid.fd is not None else ()
         try:
-            self.process = subprocess.Popen(
+            forked = self._fork_warm(out_w, err_w, life_r, lock)
+            self.warm = forked is not None
+            self.process = forked or subprocess.Popen(
                 [self.python, "-u", "-s", "-P", str(WORKER), self.socket_path, str(life_r), self._plan()],
                 cwd=self.workdir,
                 env=self._env(),
                 stdin=subprocess.DEVNULL,
                 stdout=out_w,
                 stderr=err_w,
-                pass_fds=(life_r,) + ((self.uid.fd,) if self.uid is not None and self.uid.fd is not None else ()),
+                pass_fds=(life_r, *lock),
                 start_new_session=True,
             )
         except BaseException:
@@ -411,6 +418,19 @@ class Sandbox:
         self.control = self._accept(time.monotonic() + 60, starting=True)
         self._zygote_pid = _peer_pid(self.control)
         self._peer_uid = _peer_uid(self.control)
+
+    def _fork_warm(self, out_w: int, err_w: int, life_r: int, lock: tuple[int, ...]) -> Forked | None:
+        """The same worker forked from this process's warm template (warm.py), or None: start it cold."""
+        template = warm.current()
+        env = self._env()
+        if template is None or not template.fits(self.python, env, TOKEN_VAR):
+            return None
+        try:
+            forked = template.spawn(socket_path=self.socket_path, cwd=str(self.workdir), env=env, plan=json.loads(self._plan()), fds=[out_w, err_w, life_r, *lock])
+        except ForkRefused as error:
+            print(f"grader: the warm worker template failed ({error}); starting a worker of its own", file=sys.stderr)
+            return None
+        return forked
 
     def _accept(self, deadline: float, starting: bool = False) -> socket.socket:
         """The next connection from the zygote (starting: keeper -> nest -> init -> zygote) or a child of it.
@@ -485,7 +505,12 @@ class Sandbox:
             err.stop()
 
     def _kill_strays(self) -> None:
-        """Kill anything still carrying this sandbox's token (a last resort: the reaper finds the rest)."""
+        """Kill anything still carrying this sandbox's token (a last resort: the reaper finds the rest).
+
+        A worker forked from a warm template carries it in os.environ only, not in the
+        environment block /proc shows: there the cgroup, the PID namespace and the keeper
+        (a child subreaper, below which every orphan of the submission lands) are what is left.
+        """
         marker = f"{TOKEN_VAR}={self.token}".encode()
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit() or int(entry.name) == os.getpid():

@@ -447,14 +447,21 @@ def become_reaper(lifeline, private_dir, plan):
     and removes the judge's private directory (the one holding the socket) and the cgroup.
     Returns, in the zygote, what spawn.enter() put in force.
     """
+    return _sandbox_module("spawn").enter(plan, lifeline, private_dir, _read_roots())
+
+
+def _sandbox_module(name):
+    """A standard-library module next to this file, loaded by path once (a warm template already has it)."""
     import importlib.util
 
-    here = os.path.dirname(os.path.abspath(__file__))
-    spec = importlib.util.spec_from_file_location("_pa_sandbox_spawn", os.path.join(here, "spawn.py"))
-    spawn = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = spawn
-    spec.loader.exec_module(spawn)
-    return spawn.enter(plan, lifeline, private_dir, _read_roots())
+    qualified = f"_pa_sandbox_{name}"
+    if qualified not in sys.modules:
+        here = os.path.dirname(os.path.abspath(__file__))
+        spec = importlib.util.spec_from_file_location(qualified, os.path.join(here, f"{name}.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[qualified] = module
+        spec.loader.exec_module(module)
+    return sys.modules[qualified]
 
 
 # --- errors and plain data -------------------------------------------------------------
@@ -846,10 +853,9 @@ def main(path, lifeline=None, plan=None):
         recv(control)
         send(control, {"event": "confined", "fatal": facts["fatal"]})
         return
-    sys.meta_path.insert(0, _BlockAnswerKey())
+    _prepare()
     import torch
 
-    torch.set_num_threads(1)  # small tensors; one thread also keeps fork() safe
     control = connect(path)
     load = recv(control)
     send(control, {"event": "confined", **confine(load, facts)})
@@ -886,7 +892,67 @@ def main(path, lifeline=None, plan=None):
                 _exit(0)
 
 
+def _prepare():
+    """What every worker does before its first cell, the same whether a template did it already or not."""
+    if not any(isinstance(finder, _BlockAnswerKey) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _BlockAnswerKey())
+    import torch
+
+    torch.set_num_threads(1)  # small tensors; one thread also keeps fork() safe
+
+
+# --- the warm template: a worker's imports, done once, forked per submission ----------------
+
+def template(requests_fd):
+    """Serve fork requests (forkserver.py) with children that go on as `main` would.
+
+    Before the first request: what a worker does before it connects (the answer-key guard,
+    spawn.py and torch), and nothing else.  No submission's code or data ever reaches this
+    process: requests carry the judge's paths, environment and descriptors, and the cells
+    go to the forked worker over the judge's own socket.
+    """
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)  # stopped by its requesters closing their ends, not by a terminal
+    _sandbox_module("spawn")
+    _prepare()
+    requests = socket.socket(fileno=requests_fd)
+    forkserver = _sandbox_module("forkserver")
+    forkserver.send(requests, {"ready": os.getpid()})
+    forkserver.Server(requests, _as_fresh_worker).serve()
+    _exit(0)
+
+
+def _as_fresh_worker(request, fds):
+    """In a child of the template: become what `python -u -s -P worker.py SOCKET LIFELINE PLAN`
+    started by the judge would be (client.Sandbox._start_worker), then run as it does."""
+    out, err, lifeline, *lock = fds
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDONLY)
+    for fd, target in ((null, 0), (out, 1), (err, 2)):
+        os.dup2(fd, target)
+        os.close(fd)
+    plan = dict(request["plan"])
+    plan["uid_lock"] = lock[0] if lock else None  # the lock's descriptor here, not the judge's
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    if "tempfile" in sys.modules:
+        sys.modules["tempfile"].tempdir = None  # found again from TMPDIR, as in a fresh process
+    sys.argv = [os.path.abspath(__file__), request["socket"], str(lifeline), _dumps(plan)]
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as Python starts
+    sys.modules.pop("_pa_sandbox_forkserver", None)
+    try:
+        main(request["socket"], lifeline, plan)
+    except (EOFError, BrokenPipeError, ConnectionError):
+        pass
+    _exit(0)
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--template"]:
+        template(int(sys.argv[2]))
     try:
         main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else None, json.loads(sys.argv[3]) if len(sys.argv) > 3 else None)
     except (EOFError, BrokenPipeError, ConnectionError):

@@ -1,0 +1,150 @@
+"""The judge's side of a warm worker template: start it, and fork sandboxed workers from it.
+
+A cold worker is `python -u -s -P worker.py SOCKET LIFELINE PLAN`: a new interpreter that
+imports torch (about a second of CPU) before the submission's first cell.  A template is the
+same script started once with `--template`: it imports what every worker imports before it
+connects (torch, spawn.py, the answer-key guard) and then only forks.  Each child takes the
+grading's descriptors, environment, working directory and arguments, exactly as Popen would
+have given them, and runs `main` from there: spawn.enter() builds the keeper, the nest
+(cgroup, namespaces, uid), init (/proc, /dev, /tmp) and the zygote (rlimits, Landlock, the
+cells), per grading, as for a cold worker.  The template itself never runs submission code:
+no cell, no data and no connection of a submission ever reaches it (it is a fork server on a
+socketpair; forkserver.py).
+
+Differences from a cold worker that a submission could see, none of which grading reads: the
+process's initial environment block and command line (/proc/self/environ and cmdline) are the
+template's (its environment holds no secret: the worker's own, less the grading's paths), and
+torch's import-time helper thread is not there (a forked process has one thread, as the
+session children always had).  Memory: pages torch's import touched are the template's, shared
+copy-on-write, so the grading's cgroup counts only what the submission writes itself; the
+caps (cgroup and address space) are the same numbers.
+
+`use(template)` makes every Sandbox started afterwards in this process (and in processes it
+forks) try the template first; when the template cannot fork (gone, refused, another Python,
+another environment) the Sandbox starts a cold worker, with the same result.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grader.sandbox import forkserver
+from grader.sandbox.forked import Forked, ForkRefused, request
+
+WORKER = Path(__file__).with_name("worker.py")
+PER_GRADING = ("HOME", "TMPDIR")  # with the sandbox token: set per grading in the forked child
+READY_TIMEOUT_S = 120.0  # torch's import on a machine busy with other gradings
+
+
+@dataclass
+class Template:
+    process: subprocess.Popen[bytes]
+    requests: socket.socket
+    python: str
+    env: dict[str, str]  # what it imported torch under, less the per-grading variables
+    home: Path
+    broken: str | None = None  # why it stopped being used, once it failed
+    _closed: bool = field(default=False, repr=False)
+
+    def fits(self, python: str, env: dict[str, str], token_var: str) -> bool:
+        """Whether a cold worker for this grading would have started like the template did."""
+        base = {k: v for k, v in env.items() if k not in PER_GRADING and k != token_var}
+        return self.broken is None and python == self.python and base == self.env
+
+    def spawn(self, *, socket_path: str, cwd: str, env: dict[str, str], plan: dict[str, Any], fds: list[int]) -> Forked:
+        """A fresh worker forked from the template: its keeper, as Popen would have returned it.
+
+        `fds`: stdout, stderr, the lifeline's read end and the uid's lock (if any); the caller
+        closes its copies as after a Popen.  Raises ForkRefused (and is not used again).
+        """
+        message = {"label": "worker", "socket": socket_path, "cwd": cwd, "env": env, "plan": plan}
+        try:
+            return request(self.requests, message, fds)
+        except ForkRefused as error:
+            self.broken = str(error)
+            raise
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Stop taking requests; the template ends once no process holds the other end."""
+        if self._closed:
+            return
+        self._closed = True
+        self.requests.close()
+        try:
+            self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
+def start(env: dict[str, str], *, python: str | None = None, label: str = "") -> Template:
+    """Start a template that imports torch under `env` (the worker's environment, Sandbox._env
+    less the per-grading variables); returns once it is ready.  Raises OSError if it cannot."""
+    python = python or sys.executable
+    home = Path(tempfile.mkdtemp(prefix="pa-template-"))  # HOME and TMPDIR while torch imports: empty
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        process = subprocess.Popen(
+            [python, "-u", "-s", "-P", str(WORKER), "--template", str(theirs.fileno()), *([label] if label else [])],
+            cwd="/",
+            env={**env, "HOME": str(home), "TMPDIR": str(home)},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            pass_fds=(theirs.fileno(),),
+            start_new_session=True,  # a terminal's Ctrl-C is the batch's to handle
+        )
+    except BaseException:
+        ours.close()
+        shutil.rmtree(home, ignore_errors=True)
+        raise
+    finally:
+        theirs.close()
+    template = Template(process, ours, python, dict(env), home)
+    try:
+        ready, _, _ = select.select([ours], [], [], READY_TIMEOUT_S)
+        message, fds = forkserver.receive(ours) if ready else (None, [])
+        for fd in fds:
+            os.close(fd)
+        if message is None or "ready" not in message:
+            raise OSError(f"the worker template did not start: {_last_words(process)}")
+    except BaseException:
+        process.kill()
+        template.close()
+        raise
+    assert process.stderr is not None
+    process.stderr.close()  # its children write to their gradings' pipes; it has nothing more to say
+    return template
+
+
+def _last_words(process: subprocess.Popen[bytes]) -> str:
+    process.kill()
+    process.wait()
+    err = process.stderr.read().decode(errors="replace").strip().splitlines() if process.stderr else []
+    return f"status {process.returncode}" + (f": {err[-1][:300]}" if err else "")
+
+
+_current: Template | None = None
+
+
+def use(template: Template | None) -> None:
+    """Sandboxes of this process (and of processes it forks from now on) try `template` first."""
+    global _current
+    _current = template
+
+
+def current() -> Template | None:
+    return _current
+
+
+__all__ = ["Forked", "ForkRefused", "Template", "current", "start", "use"]
