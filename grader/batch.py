@@ -151,10 +151,14 @@ def run_batch(
     stream: TextIO = sys.stderr,
     on_record: Callable[[Outcome], None] | None = None,
     python: str = sys.executable,
+    warm: bool = False,
+    device: str = "auto",
 ) -> Summary:
     """Grade `students` into the class folder `out` and record the `left_out` ones with their reason.
 
-    Stops on SIGINT or SIGTERM (summary.interrupted) after stopping every grader it started.
+    `warm`: judges forked from one judge server, workers from one template (runner.py);
+    otherwise one `grade` process each.  Stops on SIGINT or SIGTERM (summary.interrupted)
+    after stopping every grader it started.
     """
     summary = Summary()
     with Gradebook.in_dir(out) as book:
@@ -178,12 +182,18 @@ def run_batch(
         finished = False
         try:
             with stop_on_signals():
+                if warm and todo:
+                    _start_warm(runner, device, out, progress)
                 by_future = {pool.submit(runner.grade, s, sha): s for s, sha in todo}
                 pending: set[Future[Outcome | None]] = set(by_future)
+                noted_cold = False
                 while pending:
                     done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
                     for future in done:
                         _finish(future, by_future[future], book, out, lang, summary, progress, on_record)
+                    if runner.cold_reason and not noted_cold:
+                        noted_cold = True
+                        progress.note(f"the judge server stopped answering ({runner.cold_reason}): the rest in processes of their own")
                 finished = True
         except KeyboardInterrupt:
             summary.interrupted = True
@@ -194,9 +204,23 @@ def run_batch(
                 if not finished:
                     runner.stop_all()
                 pool.shutdown(wait=True, cancel_futures=True)
+                runner.close()
             progress.close()
         summary.unfinished = len(todo) - summary.graded - summary.errors
     return summary
+
+
+def _start_warm(runner: Runner, device: str, out: Path, progress: Progress) -> None:
+    """The judge server and its worker template; without them the batch grades cold, as well."""
+    try:
+        # The class folder in its command line names the batch's processes in `ps`.
+        runner.start_warm(device, label=str(out.resolve()))
+    except OSError as error:
+        progress.note(f"no warm judge ({error}): each submission in a grader process of its own")
+        return
+    assert runner.judges is not None
+    if not runner.judges.template:
+        progress.note(f"no warm worker template ({runner.judges.why_cold}): each worker imports torch itself")
 
 
 def _finish(

@@ -1,14 +1,19 @@
 """Grading one student in a process of its own, with a time limit, and stopping them all at once.
 
-Each submission is graded by its own `python -m grader grade --json` process in its own
-session, so one student's crash, hang or memory blow-up ends only that process (and
-everything it started); it becomes an error record and the batch goes on.
+Each submission is graded by its own judge process in its own session, so one student's
+crash, hang or memory blow-up ends only that process (and everything it started); it becomes
+an error record and the batch goes on.  Warm (the default of grade-batch): the judge is forked
+from the batch's judge server (grader/judge_server.py), which imported the checks once, and
+its sandbox forks the worker from a template that imported torch once.  Cold (`--cold`, and
+the fallback when the server cannot start or stops answering): a `python -m grader grade
+--json` process per submission.  Both run the same `grade` command, with the same result.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,7 +28,9 @@ from grader.classfolder import error_result
 from grader.config import Config
 from grader.discovery import Student
 from grader.gradebook import ERROR, GRADED
+from grader.judge_server import JudgeServer
 from grader.results import GradeResult
+from grader.sandbox.forked import Forked, ForkRefused
 from grader.sanitize import sanitize_result
 
 
@@ -45,8 +52,49 @@ class Runner:
     timeout_s: float
     python: str = sys.executable
     stopping: threading.Event = field(default_factory=threading.Event)
-    _children: set[subprocess.Popen] = field(default_factory=set)
+    judges: JudgeServer | None = None  # warm: judges forked from here
+    cold_reason: str = ""  # why gradings went cold after the server had started (for the progress log)
+    _children: set[subprocess.Popen | Forked] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _server_dir: str | None = None
+
+    def start_warm(self, device: str, label: str) -> None:
+        """Start the batch's judge server (and its worker template).  Raises OSError: stay cold."""
+        self._server_dir = tempfile.mkdtemp(prefix="grade-batch-server-")
+        try:
+            self.judges = JudgeServer.start(python=self.python, env=self.env(), device=device, label=label, cwd=self._server_dir)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Stop the judge server, if any (after stop_all, or once every grading is done)."""
+        judges, self.judges = self.judges, None
+        if judges is not None:
+            judges.close()
+        if self._server_dir is not None:
+            shutil.rmtree(self._server_dir, ignore_errors=True)
+            self._server_dir = None
+
+    def _start(self, path: Path, json_out: Path, tmp: str, stderr: int) -> subprocess.Popen | Forked:
+        command = self.command(path, json_out)
+        judges = self.judges
+        if judges is not None:
+            try:
+                return judges.grade(command[3:], cwd=tmp, stderr=stderr)
+            except ForkRefused as error:  # the server is gone: the rest of the batch goes cold
+                self.judges = None
+                self.cold_reason = str(error)
+        # Own session: a timeout or a stop kills the grader and everything it started.
+        return subprocess.Popen(
+            command,
+            cwd=tmp,
+            env=self.env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            start_new_session=True,
+        )
 
     def command(self, path: Path, json_out: Path) -> list[str]:
         return [self.python, "-m", "grader", "grade", str(path), "--json", str(json_out), *self.grade_args]
@@ -68,16 +116,7 @@ class Runner:
                 with self._lock:
                     if self.stopping.is_set():
                         return None
-                    # Own session: a timeout or a stop kills the grader and everything it started.
-                    child = subprocess.Popen(
-                        self.command(student.path.resolve(), json_out),
-                        cwd=tmp,
-                        env=self.env(),
-                        stdin=subprocess.DEVNULL,
-                        stdout=subprocess.DEVNULL,
-                        stderr=stderr,
-                        start_new_session=True,
-                    )
+                    child = self._start(student.path.resolve(), json_out, tmp, stderr.fileno())
                     self._children.add(child)
                 try:
                     child.wait(timeout=self.timeout_s)
@@ -128,14 +167,14 @@ class Runner:
             stop_grader(child)
 
 
-def signal_group(child: subprocess.Popen, sig: int) -> None:
+def signal_group(child: subprocess.Popen | Forked, sig: int) -> None:
     try:
         os.killpg(child.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
 
 
-def stop_grader(child: subprocess.Popen, grace_s: float = 5.0) -> None:
+def stop_grader(child: subprocess.Popen | Forked, grace_s: float = 5.0) -> None:
     """SIGINT first (the grader then shuts its sandbox down), SIGKILL for whatever is left."""
     signal_group(child, signal.SIGINT)
     try:

@@ -37,6 +37,9 @@ def register(verbs: argparse._SubParsersAction) -> None:
                    help="student id: file stem, or its folder's name (auto: folder name for files in sub-folders)")
     p.add_argument("--timeout", type=float, default=None, help="seconds per submission (default: the config's total budget + 120)")
     p.add_argument("--force", action="store_true", help="regrade submissions that are unchanged since their last grading")
+    p.add_argument("--cold", action="store_true",
+                   help="one `grade` process per submission, each importing torch and the checks itself"
+                   " (default: judges and workers forked from ones that imported them once; same grades)")
     add_common_options(p)
     p.set_defaults(run=run)
 
@@ -75,7 +78,7 @@ def _grade(args: argparse.Namespace) -> int:
     timeout = args.timeout if args.timeout is not None else config.limits.total_budget_s + 120
     summary = run_batch(
         students, args.out, config, lang=lang, jobs=args.jobs, grade_args=grade_args, timeout_s=timeout,
-        left_out=left_out, force=args.force,
+        left_out=left_out, force=args.force, warm=not args.cold, device=args.device,
     )
     dashboard = write_dashboard(args.out, lang)
     # Counts that add up to the students found: graded (a total), not gradable (a scorecard saying why), ...

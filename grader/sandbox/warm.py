@@ -73,6 +73,22 @@ class Template:
             self.broken = str(error)
             raise
 
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Wait until torch is imported and the template takes requests; raises OSError (and closes it) if it never does."""
+        try:
+            ready, _, _ = select.select([self.requests], [], [], timeout_s)
+            message, fds = forkserver.receive(self.requests) if ready else (None, [])
+            for fd in fds:
+                os.close(fd)
+            if message is None or "ready" not in message:
+                raise OSError(f"the worker template did not start: {_last_words(self.process)}")
+        except BaseException:
+            self.process.kill()
+            self.close()
+            raise
+        assert self.process.stderr is not None
+        self.process.stderr.close()  # its children write to their gradings' pipes; it has nothing more to say
+
     def close(self, timeout_s: float = 10.0) -> None:
         """Stop taking requests; the template ends once no process holds the other end."""
         if self._closed:
@@ -89,7 +105,7 @@ class Template:
 
 def start(env: dict[str, str], *, python: str | None = None, label: str = "") -> Template:
     """Start a template that imports torch under `env` (the worker's environment, Sandbox._env
-    less the per-grading variables); returns once it is ready.  Raises OSError if it cannot."""
+    less the per-grading variables), without waiting for it: see Template.wait_ready()."""
     python = python or sys.executable
     home = Path(tempfile.mkdtemp(prefix="pa-template-"))  # HOME and TMPDIR while torch imports: empty
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -110,21 +126,7 @@ def start(env: dict[str, str], *, python: str | None = None, label: str = "") ->
         raise
     finally:
         theirs.close()
-    template = Template(process, ours, python, dict(env), home)
-    try:
-        ready, _, _ = select.select([ours], [], [], READY_TIMEOUT_S)
-        message, fds = forkserver.receive(ours) if ready else (None, [])
-        for fd in fds:
-            os.close(fd)
-        if message is None or "ready" not in message:
-            raise OSError(f"the worker template did not start: {_last_words(process)}")
-    except BaseException:
-        process.kill()
-        template.close()
-        raise
-    assert process.stderr is not None
-    process.stderr.close()  # its children write to their gradings' pipes; it has nothing more to say
-    return template
+    return Template(process, ours, python, dict(env), home)
 
 
 def _last_words(process: subprocess.Popen[bytes]) -> str:

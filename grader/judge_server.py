@@ -1,0 +1,224 @@
+"""A batch's warm judge: what `grade` imports, loaded once, and one judge forked per submission.
+
+    python -m grader.judge_server FD DEVICE [LABEL]        (started by grade-batch, not by hand)
+
+The processes of a warm batch, and who forks whom:
+
+    grade-batch (threads; the gradebook)
+      └─ judge server            imports the checks (hypothesis, numpy), the reports, the CLI
+           ├─ worker template    worker.py --template: torch imported; never runs submission code
+           │    └─ keeper -> nest -> init -> zygote -> sessions     one tree per submission
+           └─ judge              one per submission: `grade PATH --json OUT ...` run in-process
+
+Each judge is a fresh fork of the server, in a session of its own, so a crash or a hang ends
+that judge alone (the batch stops it as it would a `grade` process), and nothing one grading
+does in the judge (hypothesis' caches, a half-built model) is there for the next: every
+judge starts from the server's state, in which nothing was ever graded.  A judge's sandbox
+forks its worker from the template (grader/sandbox/warm.py) and applies every isolation per
+submission, as a cold worker does.
+
+Both servers are fork servers on socketpairs (grader/sandbox/forkserver.py): nothing with a
+name in the file system, so no submission can reach either.  The server ends when the batch
+closes its end (the batch exited, or was killed): it stops the judges still running, then
+lets the template go.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import traceback
+import types
+from dataclasses import dataclass
+from typing import Any
+
+from grader.sandbox import forkserver
+from grader.sandbox.forked import Forked, ForkRefused, request
+
+READY_TIMEOUT_S = 180.0  # torch's and hypothesis' imports on a machine busy with other work
+_MAIN: types.ModuleType | None = None  # the judges' __main__ (see _import_judge)
+
+
+def main(argv: list[str]) -> int:
+    requests = socket.socket(fileno=int(argv[0]))
+    device = argv[1]
+    label = argv[2] if len(argv) > 2 else ""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)  # the batch stops it by closing its end, after stopping the judges
+    from grader.grade import resolve_device
+    from grader.sandbox import warm
+    from grader.sandbox.client import worker_env
+
+    # The template's torch import and this process's own imports overlap (two cores or more).
+    template = warm.start(worker_env(resolve_device(device) == "cuda"), label=label)
+    global _MAIN
+    _MAIN = _import_judge()
+    why = ""
+    try:
+        template.wait_ready()
+        warm.use(template)
+    except OSError as error:
+        why = str(error)  # the judges start cold workers: slower, the same grades
+    forkserver.send(requests, {"ready": os.getpid(), "template": not why, "why": why})
+    left = forkserver.Server(requests, _judge).serve()
+    forkserver.stop(left)
+    template.close()
+    return 0
+
+
+def _import_judge() -> types.ModuleType:
+    """What a `grade` process has imported when it draws its first example, and no more.
+
+    No more, because hypothesis draws constants found in the source of the "local" modules
+    loaded at that moment (the grader's own, when it runs from a checkout): a judge that had
+    more of them loaded could draw other examples than a cold `grade`, and give another
+    grade.  Modules a cold grading imports later (grader.checks.given) are left for the judge
+    to import at the same point.  Returns the stand-in for `python -m grader`'s __main__.
+    """
+    import grader.checks  # noqa: F401  hypothesis, numpy and every check
+    import grader.checks.base  # noqa: F401
+    import grader.cli  # noqa: F401  every verb's module, as `python -m grader` imports them
+    import grader.grade  # noqa: F401
+    import grader.report.cells  # noqa: F401
+    import grader.report.github  # noqa: F401
+    import grader.report.gradescope  # noqa: F401
+    import grader.report.html  # noqa: F401
+    import grader.report.markdown  # noqa: F401
+    import grader.report.text  # noqa: F401
+    import grader.sanitize  # noqa: F401
+
+    # A cold grade's __main__ is grader/__main__.py; a stand-in with its file (not run) gives
+    # the same constants.  This server's own __main__ (this file) is no module of a grading.
+    main_file = os.path.join(os.path.dirname(grader.__file__), "__main__.py")
+    stand_in = types.ModuleType("__main__")
+    stand_in.__file__ = main_file
+    # Reading each module's constants costs about half a second of every cold grading; the
+    # result is a function of the module's source alone (cached per module object).
+    try:
+        from hypothesis.internal.constants_ast import constants_from_module, is_local_module_file
+
+        for module in [*list(sys.modules.values()), stand_in]:
+            path = getattr(module, "__file__", None)
+            if module is not sys.modules["__main__"] and path is not None and is_local_module_file(path):
+                constants_from_module(module)
+    except ImportError:  # another hypothesis: the judges read them themselves
+        pass
+    return stand_in
+
+
+def _judge(message: dict[str, Any], fds: list[int]) -> None:
+    """In a fresh fork of the server: what `python -m grader grade ...` started by the batch would do."""
+    (stderr,) = fds
+    os.setsid()  # its own process group, which the batch stops on a timeout or Ctrl-C
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd, target in ((null, 0), (null, 1), (stderr, 2)):
+        os.dup2(fd, target)
+    os.close(null)
+    os.close(stderr)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as Python starts: KeyboardInterrupt
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+    os.chdir(str(message["cwd"]))
+    if _MAIN is not None:
+        sys.modules["__main__"] = _MAIN  # as in `python -m grader` (see _import_judge)
+    sys.argv = [sys.argv[0], *message["argv"]]
+    os._exit(_run([str(a) for a in message["argv"]]))
+
+
+def _run(argv: list[str]) -> int:
+    from grader.cli import main as cli_main
+
+    try:
+        code = cli_main(argv)
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    except BaseException:  # what the interpreter would print, and its exit status
+        traceback.print_exc()
+        code = 1
+    try:
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:
+        pass
+    return code
+
+
+# -- the batch's side ---------------------------------------------------------------------------
+
+
+@dataclass
+class JudgeServer:
+    """A running judge server, as the batch holds it."""
+
+    process: subprocess.Popen[bytes]
+    requests: socket.socket
+    template: bool  # whether its judges fork their workers from a warm template
+    why_cold: str  # if not, why
+
+    @classmethod
+    def start(cls, *, python: str, env: dict[str, str], device: str, label: str, cwd: str) -> JudgeServer:
+        """Start one in the folder `cwd` (its log: judge-server.log there) and wait until it takes
+        requests.  Raises OSError if it cannot."""
+        log_path = os.path.join(cwd, "judge-server.log")
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            with open(log_path, "wb") as log:
+                process = subprocess.Popen(
+                    [python, "-m", "grader.judge_server", str(theirs.fileno()), device, label],
+                    cwd=cwd,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=log,
+                    pass_fds=(theirs.fileno(),),
+                    start_new_session=True,  # Ctrl-C goes to the batch, which stops the judges itself
+                )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        server = cls(process, ours, False, "")
+        try:
+            ready, _, _ = select.select([ours], [], [], READY_TIMEOUT_S)
+            message, fds = forkserver.receive(ours) if ready else (None, [])
+            for fd in fds:
+                os.close(fd)
+            if message is None or "ready" not in message:
+                process.kill()
+                process.wait()
+                with open(log_path, "rb") as log:
+                    err = log.read()[-4000:].decode(errors="replace").strip().splitlines()
+                raise OSError(f"the judge server did not start (status {process.returncode}){': ' + err[-1][:300] if err else ''}")
+        except BaseException:
+            server.close()
+            raise
+        server.template = message.get("template") is True
+        server.why_cold = str(message.get("why") or "")
+        return server
+
+    def grade(self, argv: list[str], *, cwd: str, stderr: int) -> Forked:
+        """A judge forked for one `grade` command line (argv after `python -m grader`).  Raises ForkRefused."""
+        return request(self.requests, {"label": "judge", "argv": argv, "cwd": cwd}, [stderr])
+
+    def close(self, timeout_s: float = 15.0) -> None:
+        """Stop it: it stops the judges still running, then lets the template go."""
+        self.requests.close()
+        try:
+            self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+__all__ = ["ForkRefused", "JudgeServer", "main"]
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
