@@ -26,6 +26,7 @@ lets the template go.
 from __future__ import annotations
 
 import atexit
+import gc
 import os
 import select
 import signal
@@ -64,6 +65,9 @@ def main(argv: list[str]) -> int:
         warm.use(template)
     except OSError as error:
         why = str(error)  # the judges start cold workers: slower, the same grades
+    # What is loaded now lives as long as the server: out of the collector's sight, so that no
+    # judge's collection walks (and copies, page by page) the memory it shares with the server.
+    gc.freeze()
     forkserver.send(requests, {"ready": os.getpid(), "template": not why, "why": why})
     left = forkserver.Server(requests, _judge).serve()
     forkserver.stop(left)
