@@ -200,7 +200,8 @@ class JudgeServer:
                 with open(log_path, "rb") as log:
                     err = log.read()[-4000:].decode(errors="replace").strip().splitlines()
                 raise OSError(f"the judge server did not start (status {process.returncode}){': ' + err[-1][:300] if err else ''}")
-        except BaseException:
+        except BaseException:  # Ctrl-C while it starts: it has served nobody, it can go at once
+            process.kill()
             server.close()
             raise
         server.template = message.get("template") is True

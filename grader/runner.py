@@ -168,6 +168,9 @@ class Runner:
 
 
 def signal_group(child: subprocess.Popen | Forked, sig: int) -> None:
+    if isinstance(child, Forked):  # a judge forked by the server: only while its pid is surely its own
+        child.killpg(sig)
+        return
     try:
         os.killpg(child.pid, sig)
     except (ProcessLookupError, PermissionError):

@@ -16,6 +16,7 @@ import select
 import signal
 import socket
 import subprocess
+import threading
 import time
 
 from grader.sandbox import forkserver
@@ -32,6 +33,7 @@ class Forked:
         self.returncode: int | None = None
         self._reply: socket.socket | None = reply
         self._pidfd: int | None = pidfd
+        self._lock = threading.Lock()
 
     def poll(self) -> int | None:
         return self._wait(0.0)
@@ -49,7 +51,14 @@ class Forked:
         ready, _, _ = select.select([self._pidfd], [], [], timeout)
         if not ready:
             return None
-        # Ended.  The server says how, right after (unless it died with the child).
+        with self._lock:  # one thread reads the server's word; the others see its returncode
+            if self.returncode is None:
+                self.returncode = self._exit_status()
+                self._release()
+            return self.returncode
+
+    def _exit_status(self) -> int:
+        """Ended.  The server says how, right after (unless it died with the child: -1)."""
         code = -1
         if self._reply is not None:
             deadline = time.monotonic() + 2.0
@@ -67,12 +76,10 @@ class Forked:
                 if type(message.get("exit")) is int:
                     code = message["exit"]
                     break
-        self.returncode = code
-        self._release()
         return code
 
     def send_signal(self, sig: int) -> None:
-        if self._pidfd is not None and self.returncode is None:
+        if self._pidfd is not None and self.returncode is None:  # a pidfd: never another process
             try:
                 signal.pidfd_send_signal(self._pidfd, sig)
             except ProcessLookupError:
@@ -81,18 +88,33 @@ class Forked:
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
 
+    def killpg(self, sig: int) -> None:
+        """Signal the child's process group (a child that called setsid) while it runs.  Once it has
+        ended, nothing: its pid may go to another process when its server is gone."""
+        if self.poll() is not None:
+            return
+        with self._lock:  # not ended a moment ago, and not released since: still its pid
+            if self.returncode is not None or self._pidfd is None:
+                return
+            try:
+                os.killpg(self.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
     def _release(self) -> None:
-        """From here on the server may reap the child, and its pid may be used again."""
+        """From here on the server may reap the child, and its pid may be used again.  (The pidfd
+        stays open while this object lives: another thread may be waiting on it.)"""
         if self._reply is not None:
             self._reply.close()
             self._reply = None
-        if self._pidfd is not None:
-            os.close(self._pidfd)
-            self._pidfd = None
 
     def __del__(self) -> None:
         try:
-            self._release()
+            if self._reply is not None:
+                self._reply.close()
+            if self._pidfd is not None:
+                os.close(self._pidfd)
+                self._pidfd = None
         except Exception:
             pass
 
