@@ -299,3 +299,21 @@ def _memory(pid: int) -> bytes:
             except (OSError, ValueError, OverflowError):
                 continue
     return b"".join(chunks)
+
+
+def test_a_warm_worker_counts_the_memory_a_cold_one_counts(template: warm.Template) -> None:
+    """Under the same cap the same room: torch's import is counted in the grading's cgroup either way."""
+    if not ISOLATION["cgroup"]:
+        pytest.skip("no cgroup can be made here (needs root, or a delegated cgroup v2 subtree)")
+    peaks = {}
+    for mode in ("cold", "warm"):
+        warm.use(template if mode == "warm" else None)
+        try:
+            with Sandbox([*SOLUTION, _cell("import torch\nx = torch.ones(32 << 20, dtype=torch.uint8)\n")], CONFIG.limits) as sandbox:
+                assert sandbox.load().failed is None and sandbox.warm == (mode == "warm")
+                assert sandbox.cgroup is not None
+                counted = [Path(p, name) for p in sandbox.cgroup.paths for name in ("memory.max_usage_in_bytes", "memory.peak")]
+                peaks[mode] = max(int(f.read_text()) for f in counted if f.exists())
+        finally:
+            warm.use(None)
+    assert abs(peaks["warm"] - peaks["cold"]) < 0.1 * peaks["cold"], peaks

@@ -846,13 +846,16 @@ def reseed():
         sys.modules["numpy"].random.seed(0)
 
 
-def main(path, lifeline=None, plan=None):
+def main(path, lifeline=None, plan=None, forked=False):
+    """Run one grading's worker; `forked`: this process is a child of a warm template."""
     facts = become_reaper(lifeline, os.path.dirname(path), plan or {})
     if facts.get("fatal"):  # never run a cell in a sandbox that could not be built
         control = connect(path)
         recv(control)
         send(control, {"event": "confined", "fatal": facts["fatal"]})
         return
+    if forked:
+        own_inherited_memory()
     _prepare()
     import torch
 
@@ -922,6 +925,47 @@ def template(requests_fd):
     _exit(0)
 
 
+MADV_POPULATE_WRITE = 23  # Linux 5.14
+
+
+def own_inherited_memory():
+    """In a worker forked from the template: take a copy of every page the template's imports wrote.
+
+    A cold worker wrote those pages itself (importing torch), so its grading's memory cgroup
+    counted them; shared with the template they would count nowhere, and a submission would
+    have that much more room under the same cap.  Copied here, in the grading's cgroup, they
+    count as they would have (about 140 MiB; some 80 ms).  Only pages present in memory are
+    touched: untouched reservations stay unallocated, as in a cold worker.
+    """
+    page = os.sysconf("SC_PAGE_SIZE")
+    mincore, madvise = _libc.mincore, _libc.madvise
+    mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    with open("/proc/self/maps") as f:
+        maps = f.read().splitlines()
+    for line in maps:
+        fields = line.split()
+        # Private and writable, and anonymous (the heap, arenas, libraries' .bss): what a process writes.
+        if not fields[1].startswith("rw") or fields[1][3] != "p" or (len(fields) > 5 and fields[5] != "[heap]"):
+            continue
+        start, end = (int(x, 16) for x in fields[0].split("-"))
+        count = (end - start) // page
+        present = ctypes.create_string_buffer(count)
+        if mincore(start, end - start, present) != 0:
+            continue
+        flags, i = present.raw, 0
+        while i < count:
+            if not flags[i] & 1:
+                i += 1
+                continue
+            j = i
+            while j < count and flags[j] & 1:
+                j += 1
+            if madvise(start + i * page, (j - i) * page, MADV_POPULATE_WRITE) != 0:
+                return  # an older kernel: the pages stay shared (README, "Speed")
+            i = j
+
+
 def _as_fresh_worker(request, fds):
     """In a child of the template: become what `python -u -s -P worker.py SOCKET LIFELINE PLAN`
     started by the judge would be (client.Sandbox._start_worker), then run as it does."""
@@ -944,7 +988,7 @@ def _as_fresh_worker(request, fds):
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as Python starts
     sys.modules.pop("_pa_sandbox_forkserver", None)
     try:
-        main(request["socket"], lifeline, plan)
+        main(request["socket"], lifeline, plan, forked=True)
     except (EOFError, BrokenPipeError, ConnectionError):
         pass
     _exit(0)
