@@ -11,6 +11,8 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import textwrap
 import time
 from collections.abc import Iterator
@@ -102,6 +104,7 @@ PROBE = _cell(
         "hash": hash("paged attention"),
         "python_threads": threading.active_count(),
         "tasks": len(os.listdir("/proc/self/task")),
+        "dumpable": __import__("ctypes").CDLL(None).prctl(3, 0, 0, 0, 0),
         "torch_threads": torch.get_num_threads(),
         "random": [random.random(), torch.rand(1).item()],
         "pids": [os.getpid(), os.getppid(), sorted(int(p) for p in os.listdir("/proc") if p.isdigit())],
@@ -317,3 +320,62 @@ def test_a_warm_worker_counts_the_memory_a_cold_one_counts(template: warm.Templa
         finally:
             warm.use(None)
     assert abs(peaks["warm"] - peaks["cold"]) < 0.1 * peaks["cold"], peaks
+
+
+def test_nothing_left_when_a_warm_judge_is_killed(tmp_path: Path) -> None:
+    """SIGKILL the judge while its warm worker holds a child: the keeper cleans up as for a cold one,
+    and the template, whose last requester is gone, ends too."""
+    marker = "4246.4246"
+    judge = textwrap.dedent(
+        f"""
+        import json, os, sys, time
+        sys.path.insert(0, {str(ROOT)!r})
+        from pathlib import Path
+        from grader.config import load_config
+        from grader.sandbox import warm
+        from grader.sandbox.client import Sandbox, worker_env
+        from grader.submission import Cell, load_submission
+        template = warm.start(worker_env(False), label={str(tmp_path)!r})
+        template.wait_ready()
+        warm.use(template)
+        cells = load_submission(Path({str(ROOT / "reference" / "paged_attention.py")!r}), 1 << 20).cells
+        cells.append(Cell(99, f"import subprocess\\nsubprocess.Popen(['sleep', '{{os.environ['PA_TEST_MARKER']}}'])\\n"))
+        sandbox = Sandbox(cells, load_config().limits)
+        print(json.dumps([str(sandbox.tmp), sandbox.cgroup.paths if sandbox.cgroup else [], sandbox.uid.path if sandbox.uid else None]), flush=True)
+        sandbox.load()
+        print(json.dumps(sandbox.warm), flush=True)
+        time.sleep(3600)
+        """
+    )
+    env = {**os.environ, "PA_TEST_MARKER": marker}
+    process = subprocess.Popen([sys.executable, "-c", judge], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        private_text, cgroup_paths, uid_lock = json.loads(process.stdout.readline())
+        assert json.loads(process.stdout.readline()) is True  # the worker was forked from the template
+        deadline = time.monotonic() + 60
+        while not _marked(marker):
+            assert time.monotonic() < deadline and process.poll() is None, "the submission never started"
+            time.sleep(0.1)
+    finally:
+        process.kill()
+        process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
+    traces = [private_text, *cgroup_paths, *([uid_lock] if uid_lock else [])]
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and (_marked(marker) or _marked(str(tmp_path)) or any(os.path.exists(p) for p in traces)):
+        time.sleep(0.1)
+    assert _marked(marker) == [] and _marked(str(tmp_path)) == []  # the submission's child; the template
+    assert [p for p in traces if os.path.exists(p)] == []
+
+
+def _marked(marker: str) -> list[int]:
+    found = []
+    for pid in _pids():
+        try:
+            if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+        except OSError:
+            continue
+    return found

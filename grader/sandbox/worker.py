@@ -145,6 +145,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 PR_SET_NO_NEW_PRIVS = 38
+PR_SET_DUMPABLE = 4
 SYS_LANDLOCK_CREATE_RULESET, SYS_LANDLOCK_ADD_RULE, SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
 LANDLOCK_RULE_PATH_BENEATH = 1
 
@@ -916,6 +917,9 @@ def template(requests_fd):
     """
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)  # stopped by its requesters closing their ends, not by a terminal
+    # Nothing of the same user may ptrace it or read its memory (where no namespace or Landlock
+    # keeps a submission from the grader's other processes): every later worker comes from it.
+    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     _sandbox_module("spawn")
     _prepare()
     requests = socket.socket(fileno=requests_fd)
@@ -970,6 +974,7 @@ def _as_fresh_worker(request, fds):
     """In a child of the template: become what `python -u -s -P worker.py SOCKET LIFELINE PLAN`
     started by the judge would be (client.Sandbox._start_worker), then run as it does."""
     out, err, lifeline, *lock = fds
+    _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # as a process that Popen started
     os.setsid()
     null = os.open(os.devnull, os.O_RDONLY)
     for fd, target in ((null, 0), (out, 1), (err, 2)):
