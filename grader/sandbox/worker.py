@@ -1,10 +1,17 @@
 """The process that runs a submission's code.  Started as a script, never imported by the judge.
 
     python -u -s -P worker.py SOCKET_PATH LIFELINE_FD PLAN_JSON
+    python -u -s -P worker.py --template REQUESTS_FD [LABEL]
 
-The processes that come from it, all in one new session started by the judge:
+The second form is a batch's warm *template* (warm.py): it imports what the first form
+imports before it connects (torch, spawn.py), once, and then forks on request a child that
+takes the grading's descriptors, environment, directory and arguments and goes on exactly
+as the first form would.  It never runs submission code.
 
-- the *keeper*, *nest* and *init* (spawn.py, before torch is imported): the keeper stays
+The processes that come from it, all in one new session started by the judge (or by the
+template's child):
+
+- the *keeper*, *nest* and *init* (spawn.py, in a process with one thread): the keeper stays
   outside and holds the judge's lifeline; the nest joins the grading's cgroup and unshares
   the user, PID, IPC, network and mount namespaces; init, PID 1 of the new namespace,
   builds a private /proc, /dev and /tmp and then only reaps.  Whatever the submission
