@@ -43,6 +43,7 @@ from grader.sandbox.forked import Forked, ForkRefused, request
 
 READY_TIMEOUT_S = 180.0  # torch's and hypothesis' imports on a machine busy with other work
 _MAIN: types.ModuleType | None = None  # the judges' __main__ (see _import_judge)
+WARM_ONLY = ("grader.sandbox.warm", "grader.sandbox.forked", "grader.sandbox.forkserver")
 
 
 def main(argv: list[str]) -> int:
@@ -84,11 +85,13 @@ def _import_judge() -> types.ModuleType:
     grade.  Modules a cold grading imports later (grader.checks.given) are left for the judge
     to import at the same point.  Returns the stand-in for `python -m grader`'s __main__.
     """
+    # The imports of `python -m grader grade` up to then: the CLI (every verb's module), what
+    # commands/grade.py's _run imports, and what grade_submission imports before its first item.
     import grader.checks  # noqa: F401  hypothesis, numpy and every check
     import grader.checks.base  # noqa: F401
-    import grader.cli  # noqa: F401  every verb's module, as `python -m grader` imports them
+    import grader.cli  # noqa: F401
+    import grader.config  # noqa: F401
     import grader.grade  # noqa: F401
-    import grader.report.cells  # noqa: F401
     import grader.report.github  # noqa: F401
     import grader.report.gradescope  # noqa: F401
     import grader.report.html  # noqa: F401
@@ -128,8 +131,11 @@ def _judge(message: dict[str, Any], fds: list[int]) -> None:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     os.chdir(str(message["cwd"]))
-    if _MAIN is not None:
-        sys.modules["__main__"] = _MAIN  # as in `python -m grader` (see _import_judge)
+    if _MAIN is not None:  # as in `python -m grader` (see _import_judge)
+        sys.modules["__main__"] = _MAIN
+        sys.argv[0] = str(_MAIN.__file__)
+    for name in WARM_ONLY:  # in use (the template's handle holds them) but no module a `grade` process has
+        sys.modules.pop(name, None)
     sys.argv = [sys.argv[0], *message["argv"]]
     os._exit(_run([str(a) for a in message["argv"]]))
 

@@ -51,11 +51,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from grader.config import Limits
-from grader.sandbox import cgroups, ipc, isolation, uids, warm
-from grader.sandbox.forked import Forked, ForkRefused
+from grader.sandbox import cgroups, ipc, isolation, uids
 from grader.sandbox.isolation import (
     CGROUP_SWITCH,
     LANDLOCK_SWITCH,
@@ -64,6 +63,10 @@ from grader.sandbox.isolation import (
     switched_on,
 )
 from grader.submission import Cell
+
+if TYPE_CHECKING:  # never imported by a `grade` process: only a warm batch's judges have them
+    from grader.sandbox.forked import Forked
+    from grader.sandbox.warm import Template
 
 WORKER = Path(__file__).with_name("worker.py")
 MAX_FRAME = 16 << 20  # no correct reply is near this; a larger one is refused unread
@@ -286,6 +289,9 @@ def worker_env(allow_cuda: bool) -> dict[str, str]:
 class Sandbox:
     """One submission's worker.  Use as a context manager: everything it started dies on exit."""
 
+    # A warm template to fork workers from (warm.py; set by warm.use() in a batch's judge server).
+    template: ClassVar[Template | None] = None
+
     def __init__(self, cells: list[Cell], limits: Limits, *, allow_cuda: bool = False, python: str | None = None):
         self.cells = cells
         self.limits = limits
@@ -421,13 +427,13 @@ class Sandbox:
 
     def _fork_warm(self, out_w: int, err_w: int, life_r: int, lock: tuple[int, ...]) -> Forked | None:
         """The same worker forked from this process's warm template (warm.py), or None: start it cold."""
-        template = warm.current()
+        template = Sandbox.template
         env = self._env()
         if template is None or not template.fits(self.python, env, TOKEN_VAR):
             return None
         try:
             forked = template.spawn(socket_path=self.socket_path, cwd=str(self.workdir), env=env, plan=json.loads(self._plan()), fds=[out_w, err_w, life_r, *lock])
-        except ForkRefused as error:
+        except OSError as error:  # forked.ForkRefused
             print(f"grader: the warm worker template failed ({error}); starting a worker of its own", file=sys.stderr)
             return None
         return forked

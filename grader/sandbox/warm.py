@@ -20,7 +20,7 @@ copy-on-write, so the grading's cgroup counts only what the submission writes it
 caps (cgroup and address space) are the same numbers.
 
 `use(template)` makes every Sandbox started afterwards in this process (and in processes it
-forks) try the template first; when the template cannot fork (gone, refused, another Python,
+forks) try the template first (a `grade` process never imports this module); when the template cannot fork (gone, refused, another Python,
 another environment) the Sandbox starts a cold worker, with the same result.
 """
 
@@ -136,17 +136,17 @@ def _last_words(process: subprocess.Popen[bytes]) -> str:
     return f"status {process.returncode}" + (f": {err[-1][:300]}" if err else "")
 
 
-_current: Template | None = None
-
-
 def use(template: Template | None) -> None:
     """Sandboxes of this process (and of processes it forks from now on) try `template` first."""
-    global _current
-    _current = template
+    from grader.sandbox.client import Sandbox
+
+    Sandbox.template = template
 
 
 def current() -> Template | None:
-    return _current
+    from grader.sandbox.client import Sandbox
+
+    return Sandbox.template
 
 
 __all__ = ["Forked", "ForkRefused", "Template", "current", "start", "use"]
