@@ -13,15 +13,16 @@ socketpair; forkserver.py).
 
 Differences from a cold worker that a submission could see, none of which grading reads: the
 process's initial environment block and command line (/proc/self/environ and cmdline) are the
-template's (its environment holds no secret: the worker's own, less the grading's paths), and
-torch's import-time helper thread is not there (a forked process has one thread, as the
-session children always had).  Memory: pages torch's import touched are the template's, shared
-copy-on-write, so the grading's cgroup counts only what the submission writes itself; the
-caps (cgroup and address space) are the same numbers.
+template's (its environment holds no secret: the worker's own, less the grading's paths and
+token), and torch's import-time helper thread is not there (a forked process has one thread,
+as the session children always had).  Memory: the pages torch's import wrote are shared with
+the template, so the worker first takes its own copy of them (worker.own_inherited_memory),
+and its grading's cgroup counts what a cold worker's counts, under the same caps.
 
 `use(template)` makes every Sandbox started afterwards in this process (and in processes it
-forks) try the template first (a `grade` process never imports this module); when the template cannot fork (gone, refused, another Python,
-another environment) the Sandbox starts a cold worker, with the same result.
+forks) try the template first (a `grade` process never imports this module); when the
+template cannot fork (gone, refused, another Python, another environment) the Sandbox starts
+a cold worker, with the same result.
 """
 
 from __future__ import annotations
