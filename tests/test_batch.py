@@ -378,7 +378,8 @@ def _class_folder(root: Path) -> dict[str, tuple[str, Path | None]]:
         expected[source.stem] = ("correct", source)
     buggy = sorted((CORPUS / "buggy").glob("*.py"))
     for todo in range(1, 6):
-        for source in [p for p in buggy if p.name.startswith(f"todo{todo}_")][:2]:
+        # Not a bug only CUDA shows (todo5_cuda_*): on a machine without a GPU it scores 100.
+        for source in [p for p in buggy if p.name.startswith(f"todo{todo}_") and "cuda" not in p.name][:2]:
             _notebook(root / f"{source.stem}.ipynb", source.read_text(encoding="utf-8"))
             expected[source.stem] = (f"buggy todo{todo}", source)
     (root / "empty.ipynb").write_bytes(b"")
