@@ -322,6 +322,7 @@ def corners(item_id: str, device: str = "cpu") -> list[list[Case]]:
     r = replace
     base = [
         [r(_PLAIN, seq_lens=(1,), block_size=1, head_dim=1)],
+        [r(_PLAIN, seq_lens=(3, 2), block_size=2, head_dim=1, num_kv_heads=3)],  # head_dim 1, several heads
         [r(_PLAIN, seq_lens=(7, 3), block_size=3, head_dim=5, index_dtype="int64")],
         [r(_PLAIN, seq_lens=(16, 1, 9), block_size=16, head_dim=64)],
         [r(_PLAIN, seq_lens=(10,), block_size=5, head_dim=3, num_kv_heads=2)],
@@ -374,7 +375,7 @@ def corners(item_id: str, device: str = "cpu") -> list[list[Case]]:
     }
     if item_id == INPUTS:
         every = [cs for group in extra.values() for cs in group[:2]]
-        return [*base[:3], base[5], *every]
+        return [*base[:3], next(h for h in base if len(h) > 1), *every]
     if item_id == "todo5.cuda":
         chosen = [*base[:4], *(cs for group in extra.values() for cs in group[:2])]
         return [[_on(c, device) for c in cs] for cs in chosen]
