@@ -421,8 +421,8 @@ def check_attention(ctx: ItemContext) -> Failure | None:
         corner_runs, explore = plan(ctx)
         return run_item(ctx, corner_runs, explore, NEEDS[CUDA])
     failure = grade_item(ctx, "todo5", len(SURVEYED), plan, NEEDS[ctx.item_id])
-    if ctx.item_id == INPUTS and failure is None and ctx.grading.mutations:
-        return ctx.grading.mutations[0]
+    if ctx.item_id == INPUTS and ctx.grading.mutations:
+        return ctx.grading.mutations[0]  # a changed input, wherever it happened, before anything else
     return failure
 
 

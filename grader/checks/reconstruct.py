@@ -62,7 +62,8 @@ class Problem:
     en: str
     expected: str
     actual: str
-    asserts: list[tuple[str, str]]
+    asserts: list[tuple[str, ...]]
+    kind: str = "wrong"  # "error" when the read raised
 
 
 def pool_values(ex: Example, table: list[int], seq_len: int, write: int) -> np.ndarray:
@@ -151,7 +152,7 @@ def _read(ctx: ItemContext, manager: int, request: int, ex: Example, table: list
         if error.get("not_implemented") and ctx.nothing_yet():
             raise student_error(ctx, reply, "m.get_physical_cache(r)", LABEL)
         what = f"{error.get('type')}: {str(error.get('message'))[:300]}"
-        return Problem(index, f"get_physical_cache 意外抛出 {what}", f"get_physical_cache raised {what}", "a tensor", what, [])
+        return Problem(index, f"get_physical_cache 意外抛出 {what}", f"get_physical_cache raised {what}", "a tensor", what, [], "error")
     pool = pool_values(ex, table, seq_len, write)
     want = np.stack([pool[table[p // ex.block_size], p % ex.block_size] for p in range(seq_len)])
     try:
@@ -237,7 +238,7 @@ def check_example(ctx: ItemContext, ex: Example) -> None:
         return
     for check in problem.asserts:
         script.expect(*check)
-    raise ctx.fail("wrong", problem.zh, problem.en, expected=problem.expected, actual=problem.actual)
+    raise ctx.fail(problem.kind, problem.zh, problem.en, expected=problem.expected, actual=problem.actual)
 
 
 @st.composite
