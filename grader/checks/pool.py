@@ -287,6 +287,20 @@ class Pool:
             self.ctx.count(props["own"])
         self._finish(o.start, self._written(o, expected_oom=False))
 
+    def permute(self, order: list[int]) -> None:
+        """Put the free list in another order (any order is legal; only an OOM must keep it)."""
+        self.program.append(("permute", tuple(order)))
+        code = f"m.free_blocks[:] = [m.free_blocks[i] for i in {tuple(order)!r}]"
+        comment = ("the free list in another order: any order is legal", "空闲列表换一个顺序：任何顺序都合法")
+        if self.diverged:
+            self.script.lines.extend(self._guarded(code, "IndexError", *comment))
+        else:
+            self.script.add(code, *comment)
+        reply = self._call("permute", manager=self.manager, order=order)
+        if not reply.ok:
+            raise Inconclusive("the free list cannot be reordered as a list")
+        self._adopt(self._observe(reply, "set-up", None))
+
     # -- TODO 3 ------------------------------------------------------------------------------
     def place(self, req: Req, indices: list[int]) -> None:
         """Give `req` blocks directly, as a correct prefill would (TODO 3 never relies on TODO 2)."""
