@@ -108,6 +108,14 @@ def grade_submission(submission: Submission, config: Config, device: str, todos:
             )
             for c in report.cells
         ]
+        stopped = next((c.index for c in result.cells if c.error_type == "SystemExit"), None)
+        if stopped is not None and any(c.status == "not_run" and c.index > stopped for c in result.cells):
+            result.notes.append(
+                Text(
+                    f"第 {stopped} 个代码单元调用了 sys.exit()：与 Jupyter 的“全部运行”一样，其后的单元没有运行",
+                    f"code cell {stopped} called sys.exit(): as Jupyter's Run All does, the cells after it were not run",
+                )
+            )
         if report.blocked_imports:
             result.flags.append(
                 Text(

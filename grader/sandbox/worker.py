@@ -39,6 +39,7 @@ from builtins import (  # noqa: I001, UP029
     OSError,
     RecursionError,
     RuntimeError,
+    SystemExit,
     ZeroDivisionError,
     ImportError,
     NotImplementedError,
@@ -827,12 +828,17 @@ def notebook_namespace():
 
 
 def run_cells(sock, cells, namespace):
+    """Every cell in order; one that raises is reported and the next still runs (so a broken
+    scratch cell costs only itself), except sys.exit(): the author asked to stop there, and
+    Jupyter's Run All stops there too."""
     for index, source in cells:
         send(sock, {"event": "cell_start", "index": index})
         try:
             exec(compile(source, f"<cell {index}>", "exec"), namespace)
         except BaseException as error:  # SystemExit and KeyboardInterrupt included
             send(sock, {"event": "cell_done", "index": index, "error": describe_error(error)})
+            if isinstance(error, SystemExit):
+                return
         else:
             send(sock, {"event": "cell_done", "index": index})
 
