@@ -240,8 +240,14 @@ def make_machine(ctx: ItemContext, todo: str) -> type[RuleBasedStateMachine]:
 
 
 NEEDS = {
-    "todo2.block_count": [Need("todo2.block_count", 8, "prefill 分配的块数被检查的次数不够", "too few prefills could be checked for their block count")],
-    "todo2.ownership": [Need("todo2.ownership", 6, "prefill 从未（或很少）从空闲列表取走块", "prefill never (or too rarely) took blocks from the free list")],
+    "todo2.block_count": [
+        Need("todo2.block_count", 8, "prefill 分配的块数被检查的次数不够", "too few prefills could be checked for their block count"),
+        Need("todo2.block_count:multi", 3, "需要多个块的 prefill 被检查的次数不够", "too few prefills needing several blocks could be checked"),
+    ],
+    "todo2.ownership": [
+        Need("todo2.ownership", 6, "prefill 从未（或很少）从空闲列表取走块", "prefill never (or too rarely) took blocks from the free list"),
+        Need("todo2.ownership:multi", 3, "prefill 很少一次取走多个空闲块", "prefill too rarely took several free blocks at once"),
+    ],
     "todo2.oom_atomic": [
         Need("todo2.oom_atomic:oom", 4, "空闲块不足时 prefill 正确报 OOM 的次数不够", "too few prefills raised a correct OOM when blocks ran short"),
         Need("todo2.oom_atomic:exact", 3, "空闲块正好够用时 prefill 成功的次数不够", "too few prefills succeeded with exactly enough blocks free"),
