@@ -96,12 +96,15 @@ def changed(sources: list[str], reference: dict[str, Any] | None = None) -> list
     """Where a submission's given code differs from the template's, in both languages."""
     given = _load() if reference is None else reference
     definitions: dict[str, ast.AST] = {}
+    classes: dict[str, ast.ClassDef] = {}
     for source in sources:
         try:
             tree = ast.parse(source)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
         for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                classes[node.name] = node
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in CONTRACT:
                 definitions[node.name] = node  # the last definition is the one that counts
     notes: list[Text] = []
@@ -113,7 +116,7 @@ def changed(sources: list[str], reference: dict[str, Any] | None = None) -> list
             if not isinstance(node, ast.ClassDef):
                 notes.append(_note(name, "不再是类", "is no longer a class"))
                 continue
-            methods = {m.name: m for m in node.body if isinstance(m, ast.FunctionDef)}
+            methods = _methods(node, classes)
             for method, expected in spec["methods"].items():
                 where = f"{name}.{method}"
                 if method not in methods:
@@ -125,6 +128,17 @@ def changed(sources: list[str], reference: dict[str, Any] | None = None) -> list
         else:
             notes.append(_note(name, "不再是函数", "is no longer a function"))
     return notes
+
+
+def _methods(node: ast.ClassDef, classes: dict[str, ast.ClassDef], seen: frozenset[str] = frozenset()) -> dict[str, ast.FunctionDef]:
+    """A class's methods, with those it inherits from classes the submission defines (a mixin)."""
+    found: dict[str, ast.FunctionDef] = {}
+    for base in reversed(node.bases):  # the first base wins, as in Python's lookup
+        name = base.id if isinstance(base, ast.Name) else ""
+        if name in classes and name not in seen:
+            found.update(_methods(classes[name], classes, seen | {node.name}))
+    found.update({m.name: m for m in node.body if isinstance(m, ast.FunctionDef)})
+    return found
 
 
 def _compare(where: str, node: ast.FunctionDef, expected: dict[str, Any]) -> list[Text]:

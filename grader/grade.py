@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import threading
 import time
 from collections.abc import Collection, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -106,6 +108,14 @@ def grade_submission(submission: Submission, config: Config, device: str, todos:
             )
             for c in report.cells
         ]
+        stopped = next((c.index for c in result.cells if c.error_type == "SystemExit"), None)
+        if stopped is not None and any(c.status == "not_run" and c.index > stopped for c in result.cells):
+            result.notes.append(
+                Text(
+                    f"第 {stopped} 个代码单元调用了 sys.exit()：与 Jupyter 的“全部运行”一样，其后的单元没有运行",
+                    f"code cell {stopped} called sys.exit(): as Jupyter's Run All does, the cells after it were not run",
+                )
+            )
         if report.blocked_imports:
             result.flags.append(
                 Text(
@@ -113,30 +123,20 @@ def grade_submission(submission: Submission, config: Config, device: str, todos:
                     f"tried to import forbidden modules at run time: {report.blocked_imports}",
                 )
             )
-        # A TODO whose first item meets NotImplementedError on its very first case is not
-        # written yet (the template): its other items say so without running.  A later or
-        # partial NotImplementedError (say, only for GQA) is an ordinary failure of that item.
-        not_written: dict[str, Failure] = {}
-        started: set[str] = set()
         grading = Grading()
+        wanted = [item for item in config.items if todos is None or item.todo in todos]
         with _hypothesis_home(sandbox.tmp):
-            for item in config.items:
-                if todos is not None and item.todo not in todos:
-                    continue
-                if item.device == "cuda" and device != "cuda":
-                    # Never counted on a machine without a GPU, whatever the submission did.
-                    result.items.append(_item(item, NOT_RUN, _no_gpu()))
-                    continue
-                if item.todo in not_written:
-                    result.items.append(_item(item, FAILED, not_written[item.todo]))
-                    continue
-                outcome = _run_item(item, CHECKS, REQUIRED_NAMES, sandbox, report, config, device, deadline, grading)
-                failure = outcome.failure
-                if item.todo not in started and failure is not None and failure.kind == "not_implemented" and outcome.examples <= 1:
-                    not_written[item.todo] = failure
-                if outcome.status != NOT_RUN:
-                    started.add(item.todo)
-                result.items.append(outcome)
+            # TODOs are independent: two threads grade them side by side, each with its own
+            # sessions, so that the judge's work overlaps the submission's on two cores.
+            by_todo: dict[str, list[RubricItem]] = {}
+            for item in wanted:
+                by_todo.setdefault(item.todo, []).append(item)
+            groups = _balanced(list(by_todo), 2)
+            run = functools.partial(_run_todos, by_todo=by_todo, checks=CHECKS, required_names=REQUIRED_NAMES,
+                                    sandbox=sandbox, report=report, config=config, device=device, deadline=deadline, grading=grading)
+            with ThreadPoolExecutor(max_workers=len(groups), thread_name_prefix="pa-grade-todos") as pool:
+                outcomes = {o.id: o for group in pool.map(run, groups) for o in group}
+            result.items = [outcomes[item.id] for item in wanted]
             result.given_code = _given_code(submission, sandbox, report, config, deadline, grading)
         result.output_excerpt, result.output_bytes = sandbox.output()
     if result.flags and config.zero_on_flag:
@@ -159,6 +159,32 @@ def _hypothesis_home(private: Path) -> Iterator[None]:
         yield
     finally:
         set_hypothesis_home_dir(None)  # back to the default: HYPOTHESIS_STORAGE_DIRECTORY or ./.hypothesis
+
+
+# Rough cost of each TODO's checks, to split them evenly between the two threads.
+COST = {"todo1": 1, "todo2": 4, "todo3": 3, "todo4": 1, "todo5": 3}
+
+
+def _balanced(todos: list[str], ways: int) -> list[list[str]]:
+    """TODOs in `ways` groups of about equal cost (each group graded by one thread)."""
+    groups: list[list[str]] = [[] for _ in range(min(ways, len(todos)) or 1)]
+    for todo in sorted(todos, key=lambda t: -COST.get(t, 1)):
+        min(groups, key=lambda g: sum(COST.get(t, 1) for t in g)).append(todo)
+    return [sorted(g) for g in groups if g]
+
+
+def _run_todos(todos: list[str], *, by_todo: dict[str, list[RubricItem]], checks: dict[str, Check], required_names: dict[str, tuple[str, ...]],
+               sandbox: Sandbox, report: LoadReport, config: Config, device: str, deadline: float, grading: Grading) -> list[ItemResult]:
+    """The items of some TODOs, in order (one thread's share)."""
+    outcomes = []
+    for todo in todos:
+        for item in by_todo[todo]:
+            if item.device == "cuda" and device != "cuda":
+                # Never counted on a machine without a GPU, whatever the submission did.
+                outcomes.append(_item(item, NOT_RUN, _no_gpu()))
+                continue
+            outcomes.append(_run_item(item, checks, required_names, sandbox, report, config, device, deadline, grading))
+    return outcomes
 
 
 def _given_code(submission: Submission, sandbox: Sandbox, report: LoadReport, config: Config, deadline: float, grading: Grading) -> list[Failure]:

@@ -36,7 +36,8 @@ CELL_STATUSES = ("ok", "error", "timeout", "crashed", "not_run")
 class FieldLimits:
     """How much of each kind of value survives. `scaled` shrinks them to fit a size budget."""
 
-    value: int = 2048  # characters of one value (a message, expected, a reproduction, ...)
+    value: int = 2048  # characters of one value (a message, expected, a traceback, ...)
+    code: int = 8192  # characters of a reproduction: 40 lines of code (cut, it would not run)
     short: int = 200  # ids, exception type names, statuses, digests
     lines: int = 40  # lines of a reproduction, a traceback, the printed output
     cells: int = 20  # cells that raised, listed one by one
@@ -50,6 +51,7 @@ class FieldLimits:
 
         return FieldLimits(
             value=shrink(self.value, 120),
+            code=shrink(self.code, 480),
             short=shrink(self.short, 60),
             lines=shrink(self.lines, 6),
             cells=shrink(self.cells, 3),
@@ -182,8 +184,8 @@ def _failure(failure: Failure | None, limits: FieldLimits) -> Failure | None:
         failure,
         kind=safe_line(failure.kind, limits.short),
         message=safe_text(failure.message, limits.value),
-        repro=safe_block(failure.repro, limits.value, limits.lines),
-        repro_zh=safe_block(failure.repro_zh, limits.value, limits.lines),
+        repro=safe_block(failure.repro, limits.code, limits.lines),
+        repro_zh=safe_block(failure.repro_zh, limits.code, limits.lines),
         expected=safe_line(failure.expected, limits.value),
         actual=safe_line(failure.actual, limits.value),
         traceback=safe_block(failure.traceback, limits.value, limits.lines, keep="tail"),

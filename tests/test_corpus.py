@@ -19,7 +19,7 @@ import pytest
 
 from grader.config import load_config
 from grader.grade import grade_path
-from tests.conftest import CORPUS, failing_todos, graded
+from tests.conftest import CORPUS, failing_todos, grade_all, graded
 
 pytestmark = pytest.mark.slow
 
@@ -43,9 +43,14 @@ BUGGY = [p for p in _files("buggy") if not expectation(p).endswith(" cuda")]  # 
 CORRECT, GIVEN, GAMING = _files("correct"), _files("given"), _files("gaming")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _graded_side_by_side() -> None:
+    grade_all([*BUGGY, *CORRECT, *GIVEN, *(p for p in GAMING if not p.stem.startswith("slow_"))])
+
+
 def test_corpus_is_big_enough() -> None:
     todos = [expectation(p).split()[1] for p in BUGGY]
-    assert len(BUGGY) >= 90 and len(CORRECT) >= 35 and len(GIVEN) >= 5 and len(GAMING) >= 12
+    assert len(BUGGY) >= 140 and len(CORRECT) >= 60 and len(GIVEN) >= 12 and len(GAMING) >= 28
     assert all(todos.count(f"todo{n}") >= 12 for n in range(1, 6))
     assert sum(p.suffix == ".ipynb" for p in CORRECT) >= 5
 

@@ -31,10 +31,12 @@ def simulate(program: allocation.Program) -> set[str]:
         elif op == "new":
             if args[1] in released_ids:
                 seen.add("request id used again after release")
-            requests.append({"len": args[0], "id": args[1], "table": [], "released": False})
+            requests.append({"len": args[0], "id": args[1], "table": [], "released": False, "decoded": False})
         elif op == "place":
             req = requests[-1 if args[0] is None else args[0]]
             req["table"] = [free.pop(i) for i in args[1]]
+        elif op == "permute":
+            free = [free[i] for i in args[0]]
         elif op == "prefill":
             req = requests[args[0]]
             need = math.ceil(req["len"] / block_size)
@@ -42,6 +44,8 @@ def simulate(program: allocation.Program) -> set[str]:
                 seen.add("a released request prefilled again")
             if need > len(free):
                 seen.add("prefill OOM" + (" with blocks still free" if free else " on an empty pool"))
+                if free != sorted(free):
+                    seen.add("prefill OOM on a free list out of order")
                 continue
             seen.add("prefill exactly enough" if need == len(free) else "prefill fits")
             if req["len"] % block_size == 0:
@@ -59,12 +63,15 @@ def simulate(program: allocation.Program) -> set[str]:
                 continue
             if not free and not grows:
                 seen.add("decode on a full pool that needs no block")
+            if any(r["id"] == req["id"] and r is not req and r["released"] and r["decoded"] for r in requests):
+                seen.add("decode of a request whose id a released, decoded request had")
             if grows:
                 seen.add("decode opens a block" + (" with block_size 1" if block_size == 1 else ""))
                 req["table"].append(free.pop(0))
             else:
                 seen.add("decode within a block")
             req["len"] += 1
+            req["decoded"] = True
         elif op == "release":
             req = requests[args[0]]
             free = sorted(free + req["table"])
@@ -83,7 +90,7 @@ def _all(programs: tuple[allocation.Program, ...]) -> set[str]:
     "corner",
     ["block_size 1", "block_size not a power of two", "prefill OOM with blocks still free", "prefill OOM on an empty pool", "prefill exactly enough",
      "prompt an exact multiple of block_size", "prompt just over a block", "non-contiguous free list", "request id used again after release",
-     "a released request prefilled again", "several requests hold blocks"],
+     "a released request prefilled again", "several requests hold blocks", "prefill OOM on a free list out of order"],
 )
 def test_prefill_corners(corner: str) -> None:
     assert corner in _all(allocation.PREFILL_CORNERS)
@@ -92,7 +99,8 @@ def test_prefill_corners(corner: str) -> None:
 @pytest.mark.parametrize(
     "corner",
     ["block_size 1", "block_size not a power of two", "decode opens a block", "decode opens a block with block_size 1", "decode within a block",
-     "decode OOM", "decode on a full pool that needs no block", "request id used again after release", "several requests hold blocks"],
+     "decode OOM", "decode on a full pool that needs no block", "request id used again after release", "several requests hold blocks",
+     "decode of a request whose id a released, decoded request had"],
 )
 def test_decode_corners(corner: str) -> None:
     assert corner in _all(allocation.DECODE_CORNERS)

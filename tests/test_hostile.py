@@ -110,15 +110,16 @@ EVERYTHING = [i.id for i in CPU_ITEMS]
 SCALED = ["todo5.scale_and_stability", "todo5.inputs_unchanged"]  # the todo5 items that pass a scale
 
 EXPECT: dict[str, Expect] = {
-    "exit_in_cells.py": Expect(cells={2: "error", 3: "error", 4: "error"}, cell_types={2: "SystemExit", 3: "KeyboardInterrupt", 4: "Escape"}),
+    # sys.exit() stops the run there, as Run All does; KeyboardInterrupt and the rest would not
+    "exit_in_cells.py": Expect(cells={2: "error", 3: "not_run", 4: "not_run"}, cell_types={2: "SystemExit"}),
     "exit_os_exit_cell.py": Expect(cells={2: "crashed", 3: "ok"}),
     "exit_os_exit_in_decode.py": Expect(failed=fail(TODO["todo3"], "crashed")),
     "exit_sys_exit_in_ledger.py": Expect(failed=fail(TODO["todo1"], "error"), words={"todo1.per_token": "SystemExit"}),
     "exit_in_methods.ipynb": Expect(
-        failed=fail(TODO["todo4"] + TODO["todo5"], "error"),
+        failed=fail(TODO["todo4"] + TODO["todo5"], "error", "not_exercised"),
         cells={2: "error", 3: "ok"},
         cell_types={2: "KeyboardInterrupt"},
-        words={"todo4.table_order": "KeyboardInterrupt", "todo5.gqa": "Bail"},
+        words={"todo4.table_order": "KeyboardInterrupt", "todo5.mha_fp32": "Bail"},
     ),
     "hang_loop_cell.py": Expect(cells={2: "timeout", 3: "ok"}),
     "hang_loop_in_prefill.py": Expect(failed=fail(TODO["todo2"], "timeout"), seconds=40),
@@ -127,21 +128,22 @@ EXPECT: dict[str, Expect] = {
     "hang_threads_left_running.py": Expect(),
     "hang_orphans.py": Expect(),
     "resource_big_alloc.py": Expect(
-        failed=fail(TODO["todo5"], "error"),
+        failed=fail(TODO["todo5"], "error", "not_exercised"),
         cells={2: "error", 3: "error", 4: "error", 5: "error"},
         cell_types={2: "MemoryError", 3: "RuntimeError", 4: "ValueError", 5: "MemoryError"},
     ),
     "resource_recursion.py": Expect(
-        failed={**fail(TODO["todo2"], "timeout", "crashed", "error"), **fail(TODO["todo4"], "error")},
+        failed={**fail(TODO["todo2"], "timeout", "crashed", "error"), **fail(TODO["todo4"], "error", "not_exercised")},
         cells={2: "crashed"},
-        words={"todo4.truncate": "RecursionError"},
+        words={"todo4.table_order": "RecursionError"},
         seconds=45,
     ),
     "resource_output_flood.py": Expect(),
-    "resource_giant_tensor.py": Expect(failed=fail(TODO["todo4"] + TODO["todo5"], "wrong"), words={"todo5.mha_fp32": "too large"}),
+    # The base items fail on the answer itself; the others cannot check their property without one.
+    "resource_giant_tensor.py": Expect(failed=fail(TODO["todo4"] + TODO["todo5"], "wrong", "not_exercised"), words={"todo5.mha_fp32": "too large"}),
     "forge_fake_output.py": Expect(),
     "forge_fake_output_buggy.py": Expect(failed=fail(["todo1.per_token", "todo1.per_block_and_total"], "wrong")),
-    "forge_monkeypatch.py": Expect(failed=fail(["todo5.mha_fp32", "todo5.gqa", "todo5.paging", "todo5.low_precision"], "wrong")),
+    "forge_monkeypatch.py": Expect(failed=fail(["todo5.mha_fp32"], "wrong")),  # a base mistake costs the base item only
     "forge_lying_digests.py": Expect(failed=fail(["todo5.inputs_unchanged"], "wrong"), words={"todo5.inputs_unchanged": "key_cache"}),
     "forge_lying_objects.py": Expect(failed=fail(["todo1.per_token", "todo1.per_block_and_total", "todo4.table_order"], "wrong")),
     # Where Landlock narrows the host's /proc (no namespaces), a session child cannot list its
@@ -443,7 +445,8 @@ def test_runtime_import_is_refused_and_flagged() -> None:
 
 def test_lying_objects_get_no_points_for_the_lie() -> None:
     items = {i.id: i for i in graded("forge_lying_objects.py").result.items}
-    assert "exact int" in items["todo1.per_token"].failure.message.en
+    # The int that equals everything is read as the int it holds (1), never as the lie.
+    assert "expected 2, got 1" in items["todo1.per_token"].failure.message.en or "exact int" in items["todo1.per_token"].failure.message.en
     assert "block-table order" in items["todo4.table_order"].failure.message.en
 
 
@@ -488,7 +491,8 @@ def test_cli_writes_only_its_output(tmp_path: Path) -> None:
     assert proc.returncode == 0, stderr
     assert "Traceback" not in stderr
     # The judge prints one score line, the genuine one; the submission's fake lines are not printed.
-    assert [line for line in stdout.splitlines() if line.startswith("Score:")] == [f"Score: 100 / 100   ({HOSTILE / 'forge_fake_output.py'})"]
+    scores = [line for line in stdout.splitlines() if line.startswith("Score:")]
+    assert scores == [f"Score: 100 / 100   ({HOSTILE / 'forge_fake_output.py'})"], stdout[-3000:]
     assert json.loads((cwd / "out" / "results.json").read_text())["score"] == 100
     assert sorted(str(p.relative_to(cwd)) for p in cwd.rglob("*")) == ["out", "out/results.json"]
     assert sorted(p.name for p in tmp_path.iterdir()) == before_parent

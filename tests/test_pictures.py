@@ -162,3 +162,16 @@ def test_notebook_fragment_renders_inside_a_foreign_page(browser, tmp_path: Path
     assert "代码单元 [2]第 7 行" in browser.js("document.getElementById('errors-first').textContent")
     _shot(browser, ".pa-card", ARTIFACTS / "check-fragment-zh.png")
     assert len(parse(page).tags) > 10
+
+
+@pytest.mark.slow
+def test_real_failures_carry_the_pictures_the_scorecard_draws() -> None:
+    from tests.conftest import CORPUS, graded
+
+    decode = next(i for i in graded(CORPUS / "buggy" / "todo3_mod_eq_one.py").items if i.id == "todo3.growth")
+    assert decode.failure is not None and decode.failure.picture and decode.failure.picture["kind"] == "pool"
+    assert decode.failure.picture["before"]["tables"] and decode.failure.picture["step"].startswith("m.allocate_for_decode(")
+    attention = next(i for i in graded(CORPUS / "buggy" / "todo5_gqa_head_modulo.py").items if i.id == "todo5.gqa")
+    assert attention.failure is not None and attention.failure.picture and attention.failure.picture["kind"] == "attention"
+    page = html.render(graded(CORPUS / "buggy" / "todo3_mod_eq_one.py"), "en")
+    assert page.count("<svg") >= 1

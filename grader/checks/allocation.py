@@ -56,6 +56,9 @@ PREFILL_CORNERS: tuple[Program, ...] = (
      ("release", 1), ("prefill", 0), ("new", 1, 1), ("prefill", 3)),
     # a large block size and a prompt just over it
     (("pool", 2, 16, 1), ("new", 17, 0), ("prefill", 0), ("new", 1, 1), ("prefill", 1)),
+    # the free list in another order (any order is legal): an OOM must leave it exactly so
+    (("pool", 6, 2, 1), ("new", 2, 0), ("prefill", 0), ("permute", (3, 0, 4, 1, 2)), ("new", 11, 1), ("prefill", 1),
+     ("new", 4, 2), ("prefill", 2), ("permute", (2, 1, 0)), ("new", 7, 3), ("prefill", 3)),
     # block sizes 5 and 7 over bigger pools
     (("pool", 9, 5, 1), ("new", 11, 5), ("prefill", 0), ("new", 25, 9), ("prefill", 1), ("new", 10, 3), ("prefill", 2), ("new", 5, 4), ("prefill", 3)),
     (("pool", 3, 7, 1), ("new", 14, 0), ("prefill", 0), ("new", 8, 1), ("prefill", 1), ("new", 7, 1), ("prefill", 2)),
@@ -72,6 +75,8 @@ DECODE_CORNERS: tuple[Program, ...] = (
     (("pool", 1, 4, 1), *_placed((2, 0, (0,))), ("decode", 0), ("decode", 0), ("decode", 0)),
     # a request id used again after release
     (("pool", 3, 2, 2), *_placed((2, 0, (1,))), ("release", 0), *_placed((1, 0, (0,))), ("decode", 1), ("decode", 1), ("decode", 1)),
+    # a request decoded, released, and its id used again: nothing of the old request may stick
+    (("pool", 4, 2, 1), *_placed((3, 7, (0, 1))), ("decode", 0), ("release", 0), *_placed((1, 7, (2,))), ("decode", 1), ("decode", 1), ("decode", 1)),
     # block size 5, interleaved, non-contiguous free list
     (("pool", 4, 5, 1), *_placed((5, 0, (2,)), (9, 1, (0, 1))), ("decode", 0), ("decode", 1), ("decode", 1), *(("decode", 0),) * 5),
     # block size 7, a long run of decodes in one block
@@ -93,6 +98,9 @@ def run_program(ctx: ItemContext, program: Program, todo: str) -> None:
             index = len(pool.requests) - 1 if args[0] is None else args[0]
             if len(args[1]) <= len(pool.free):
                 pool.place(pool.requests[index], list(args[1]))
+        elif op == "permute":
+            if sorted(args[0]) == list(range(len(pool.free))):
+                pool.permute(list(args[0]))
         else:
             # A step that no longer applies (the submission's earlier steps left the request
             # holding blocks, or none) is left out, as the state machines' preconditions do.
@@ -191,6 +199,13 @@ def make_machine(ctx: ItemContext, todo: str) -> type[RuleBasedStateMachine]:
                 live = _live_ids(self.pool)
                 return [r for r in self.pool.requests if not r.table and r.request_id not in live]
 
+            @precondition(lambda self: self.pool is not None and len(self.pool.free) > 1)
+            @rule(data=st.data())
+            def permute(self, data: st.DataObject) -> None:
+                assert self.pool is not None
+                order = data.draw(st.permutations(range(len(self.pool.free))), label="free list order")
+                self._do(lambda: self.pool.permute(list(order)))
+
             @precondition(lambda self: bool(self._again()))
             @rule(data=st.data())
             def prefill_again(self, data: st.DataObject) -> None:
@@ -225,8 +240,14 @@ def make_machine(ctx: ItemContext, todo: str) -> type[RuleBasedStateMachine]:
 
 
 NEEDS = {
-    "todo2.block_count": [Need("todo2.block_count", 8, "prefill 分配的块数被检查的次数不够", "too few prefills could be checked for their block count")],
-    "todo2.ownership": [Need("todo2.ownership", 6, "prefill 从未（或很少）从空闲列表取走块", "prefill never (or too rarely) took blocks from the free list")],
+    "todo2.block_count": [
+        Need("todo2.block_count", 8, "prefill 分配的块数被检查的次数不够", "too few prefills could be checked for their block count"),
+        Need("todo2.block_count:multi", 3, "需要多个块的 prefill 被检查的次数不够", "too few prefills needing several blocks could be checked"),
+    ],
+    "todo2.ownership": [
+        Need("todo2.ownership", 6, "prefill 从未（或很少）从空闲列表取走块", "prefill never (or too rarely) took blocks from the free list"),
+        Need("todo2.ownership:multi", 3, "prefill 很少一次取走多个空闲块", "prefill too rarely took several free blocks at once"),
+    ],
     "todo2.oom_atomic": [
         Need("todo2.oom_atomic:oom", 4, "空闲块不足时 prefill 正确报 OOM 的次数不够", "too few prefills raised a correct OOM when blocks ran short"),
         Need("todo2.oom_atomic:exact", 3, "空闲块正好够用时 prefill 成功的次数不够", "too few prefills succeeded with exactly enough blocks free"),

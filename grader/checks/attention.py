@@ -12,6 +12,7 @@ changed input is the inputs item's, wherever it happens.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import math
 from collections.abc import Callable
@@ -73,6 +74,7 @@ class Called:
     verdict: Verdict | None  # None: right
     changed: list[str]  # inputs it modified
     out: np.ndarray | None  # the output as float64, when it was a tensor of the right shape
+    digest: str = ""  # of the output's bytes as received
 
 
 def call(ctx: ItemContext, case: Case) -> Called:
@@ -81,6 +83,8 @@ def call(ctx: ItemContext, case: Case) -> Called:
     fields = {name: a.payload() for name, a in inputs.items()}
     if case.scale_style != "default":
         fields.update(scale=case.scale, scale_style=case.scale_style)
+    if case.reuse_caches:
+        fields["reuse_caches"] = True
     reply = ctx.call("attention", device=case.device, **fields)
     if not reply.ok:
         error = reply.error or {}
@@ -98,7 +102,9 @@ def call(ctx: ItemContext, case: Case) -> Called:
         out = None
     if out is not None and list(out.shape) != list(inputs["query"].shape):
         out = None
-    return Called(judge(case, inputs, value), changed, out)
+    raw = (value.get("output") or {}).get("data")
+    received = hashlib.sha256(base64.b64decode(raw)).hexdigest() if isinstance(raw, str) else ""
+    return Called(judge(case, inputs, value), changed, out, received)
 
 
 def judge(case: Case, inputs: dict[str, Array], value: dict) -> Verdict | None:
@@ -242,6 +248,7 @@ def check_history(ctx: ItemContext, history: list[Case]) -> None:
     script = ctx.begin(lambda: check_history(ctx, history))
     for code, en, zh in preamble(dense=True):
         script.add(code, en, zh)
+    first = ""
     for index, case in enumerate(history):
         write_call(script, case, index + 1, len(history))
         script.add(f"out = paged_attention({call_args(case)})")
@@ -281,6 +288,23 @@ def check_history(ctx: ItemContext, history: list[Case]) -> None:
                 ctx.count(item)
         if not called.changed:
             ctx.count(INPUTS + ":clean")
+        if len(history) > 1 and index == 0:
+            first = called.digest
+            script.add("out_first, kept = out, out.clone()", "what the first call returned, and a copy", "第一次调用的返回值及其副本")
+        elif index and first and ctx.call("first_output").value not in (first, None):
+            _first_output_changed(ctx, script)
+            return
+
+
+def _first_output_changed(ctx: ItemContext, script: Script) -> None:
+    """A later call changed the tensor an earlier one returned (an output buffer used again):
+    state kept between calls, the base item's."""
+    zh, en = "paged_attention 再次调用时改写了上一次返回的张量（复用了输出缓冲区？）", "calling paged_attention again changed the tensor an earlier call returned (an output buffer used again?)"
+    if not ctx.focused(BASE):
+        ctx.record(BASE, zh, en)
+        return
+    script.expect("torch.equal(out_first, kept)", "the first call's result changed: max difference {(out_first - kept).abs().max().item()}", "第一次调用的结果被改写：最大差值 {(out_first - kept).abs().max().item()}")
+    raise ctx.fail("wrong", zh, en, expected="the earlier result unchanged", actual="changed")
 
 
 def _fail_after_one_earlier_call(ctx: ItemContext, case: Case) -> None:
@@ -322,6 +346,7 @@ def corners(item_id: str, device: str = "cpu") -> list[list[Case]]:
     r = replace
     base = [
         [r(_PLAIN, seq_lens=(1,), block_size=1, head_dim=1)],
+        [r(_PLAIN, seq_lens=(3, 2), block_size=2, head_dim=1, num_kv_heads=3)],  # head_dim 1, several heads
         [r(_PLAIN, seq_lens=(7, 3), block_size=3, head_dim=5, index_dtype="int64")],
         [r(_PLAIN, seq_lens=(16, 1, 9), block_size=16, head_dim=64)],
         [r(_PLAIN, seq_lens=(10,), block_size=5, head_dim=3, num_kv_heads=2)],
@@ -332,6 +357,11 @@ def corners(item_id: str, device: str = "cpu") -> list[list[Case]]:
         [r(_PLAIN, seq_lens=(6,), block_size=2, scale=3.0, scale_style="keyword", salt=8), r(_PLAIN, seq_lens=(6,), block_size=2, salt=8)],
         # the same shapes with other values: nothing may be cached from the first call
         [r(_PLAIN, seq_lens=(5, 3), block_size=4, salt=21), r(_PLAIN, seq_lens=(5, 3), block_size=4, salt=22)],
+        # the same cache tensors written in place between two calls, as decode steps write them
+        [r(_PLAIN, seq_lens=(6, 2), block_size=4, salt=41), r(_PLAIN, seq_lens=(6, 2), block_size=4, salt=42, reuse_caches=True)],
+        [r(_PLAIN, seq_lens=(5,), block_size=2, dtype="float16", salt=43), r(_PLAIN, seq_lens=(5,), block_size=2, dtype="float16", salt=44, reuse_caches=True)],
+        # a long sequence
+        [r(_PLAIN, seq_lens=(300, 17), block_size=16, head_dim=8, salt=51)],
     ]
     extra = {
         "todo5.gqa": [
@@ -374,7 +404,7 @@ def corners(item_id: str, device: str = "cpu") -> list[list[Case]]:
     }
     if item_id == INPUTS:
         every = [cs for group in extra.values() for cs in group[:2]]
-        return [*base[:3], base[5], *every]
+        return [*base[:3], next(h for h in base if len(h) > 1), *every]
     if item_id == "todo5.cuda":
         chosen = [*base[:4], *(cs for group in extra.values() for cs in group[:2])]
         return [[_on(c, device) for c in cs] for cs in chosen]
@@ -420,8 +450,8 @@ def check_attention(ctx: ItemContext) -> Failure | None:
         corner_runs, explore = plan(ctx)
         return run_item(ctx, corner_runs, explore, NEEDS[CUDA])
     failure = grade_item(ctx, "todo5", len(SURVEYED), plan, NEEDS[ctx.item_id])
-    if ctx.item_id == INPUTS and failure is None and ctx.grading.mutations:
-        return ctx.grading.mutations[0]
+    if ctx.item_id == INPUTS and ctx.grading.mutations:
+        return ctx.grading.mutations[0]  # a changed input, wherever it happened, before anything else
     return failure
 
 

@@ -281,11 +281,29 @@ class Pool:
             )
         else:
             self.ctx.count(props["count"])
+            if needed > 1:
+                self.ctx.count(props["count"] + ":multi")
         if not table:
             self._missed(props["own"], o, [(f"len({n}.block_table) > 0", f"prefill should take blocks from the free list: {n}.block_table = {{{n}.block_table}}", f"prefill 应从空闲列表取块：{n}.block_table = {{{n}.block_table}}")])
         elif self._check_ownership(props["own"], o, table, f"{n}.block_table", "prefill"):
             self.ctx.count(props["own"])
+            if len(table) > 1:
+                self.ctx.count(props["own"] + ":multi")
         self._finish(o.start, self._written(o, expected_oom=False))
+
+    def permute(self, order: list[int]) -> None:
+        """Put the free list in another order (any order is legal; only an OOM must keep it)."""
+        self.program.append(("permute", tuple(order)))
+        code = f"m.free_blocks[:] = [m.free_blocks[i] for i in {tuple(order)!r}]"
+        comment = ("the free list in another order: any order is legal", "空闲列表换一个顺序：任何顺序都合法")
+        if self.diverged:
+            self.script.lines.extend(self._guarded(code, "IndexError", *comment))
+        else:
+            self.script.add(code, *comment)
+        reply = self._call("permute", manager=self.manager, order=order)
+        if not reply.ok:
+            raise Inconclusive("the free list cannot be reordered as a list")
+        self._adopt(self._observe(reply, "set-up", None))
 
     # -- TODO 3 ------------------------------------------------------------------------------
     def place(self, req: Req, indices: list[int]) -> None:
@@ -442,7 +460,10 @@ class Pool:
         message = str(error.get("message", ""))[:300]
         if raised(reply, "RuntimeError"):
             call = [Line("try:"), Line(f"    {o.step}"), Line("except RuntimeError as error:"), Line(f'    assert {short}, f"spurious OOM ({where}): {{error}}"', code_zh=f'    assert {short}, f"不应报 OOM（{where_zh}）：{{error}}"')]
-            self._violation(props["oom"], o, [], f"不应报 OOM（{where_zh}）", f"spurious OOM ({where})", expected="success", actual=f"{error.get('type')}: {message}", highlight=[], call=call)
+            # Refusing what it should have done breaks both: the call's own property (it took no
+            # block it should have) and the OOM property (no OOM when blocks are there).
+            for prop in (props["count"], props["oom"]):
+                self._violation(prop, o, [], f"不应报 OOM（{where_zh}）", f"spurious OOM ({where})", expected="success", actual=f"{error.get('type')}: {message}", highlight=[], call=call)
             return
         if not self.ctx.focused(props["count"]):
             for prop in (props["own"], props["oom"]):  # the call itself raises: nothing else could be checked

@@ -38,7 +38,7 @@ class Example:
     head_dim: int
     table: tuple[int, ...]
     seq_len: int
-    events: tuple[tuple[str, int], ...] = (("read", 0),)  # ("read", 0), ("write", 0), ("grow", tokens)
+    events: tuple[tuple[str, int], ...] = (("read", 0),)  # ("read" | "write" | "rebind", 0), ("grow", tokens)
 
     def full(self) -> Example:
         """The same example with every block full: no tail for truncation to cut."""
@@ -62,7 +62,8 @@ class Problem:
     en: str
     expected: str
     actual: str
-    asserts: list[tuple[str, str]]
+    asserts: list[tuple[str, ...]]
+    kind: str = "wrong"  # "error" when the read raised
 
 
 def pool_values(ex: Example, table: list[int], seq_len: int, write: int) -> np.ndarray:
@@ -113,6 +114,10 @@ def run_example(ctx: ItemContext, ex: Example, script: Script, count: bool = Tru
             write += 1
             script.add(f"fill({write})", "the pool is written again", "池被重新写入")
             _set(ctx, made.value, req.value, ex, table, seq_len, write)
+        elif kind == "rebind":
+            write += 1
+            script.add(f"m.physical_kv_cache = torch.zeros_like(m.physical_kv_cache); fill({write})", "a new pool tensor", "换成一个新的池张量")
+            _set(ctx, made.value, req.value, ex, table, seq_len, write, rebind=True)
         elif kind == "grow":
             seq_len += n
             grown = [b for b in range(ex.num_blocks) if b not in table][: max(0, math.ceil(seq_len / ex.block_size) - len(table))]
@@ -133,11 +138,11 @@ def run_example(ctx: ItemContext, ex: Example, script: Script, count: bool = Tru
     return None
 
 
-def _set(ctx: ItemContext, manager: int, request: int, ex: Example, table: list[int], seq_len: int, write: int) -> None:
+def _set(ctx: ItemContext, manager: int, request: int, ex: Example, table: list[int], seq_len: int, write: int, rebind: bool = False) -> None:
     pool = pool_values(ex, table, seq_len, write)
     for op, fields in (
         ("set_table", {"request": request, "table": table, "seq_len": seq_len}),
-        ("set_pool", {"manager": manager, "tensor": Array(pool, "float32").payload()}),
+        ("set_pool", {"manager": manager, "tensor": Array(pool, "float32").payload(), "rebind": rebind}),
     ):
         reply = ctx.call(op, **fields)
         if not reply.ok:
@@ -151,7 +156,7 @@ def _read(ctx: ItemContext, manager: int, request: int, ex: Example, table: list
         if error.get("not_implemented") and ctx.nothing_yet():
             raise student_error(ctx, reply, "m.get_physical_cache(r)", LABEL)
         what = f"{error.get('type')}: {str(error.get('message'))[:300]}"
-        return Problem(index, f"get_physical_cache 意外抛出 {what}", f"get_physical_cache raised {what}", "a tensor", what, [])
+        return Problem(index, f"get_physical_cache 意外抛出 {what}", f"get_physical_cache raised {what}", "a tensor", what, [], "error")
     pool = pool_values(ex, table, seq_len, write)
     want = np.stack([pool[table[p // ex.block_size], p % ex.block_size] for p in range(seq_len)])
     try:
@@ -237,7 +242,7 @@ def check_example(ctx: ItemContext, ex: Example) -> None:
         return
     for check in problem.asserts:
         script.expect(*check)
-    raise ctx.fail("wrong", problem.zh, problem.en, expected=problem.expected, actual=problem.actual)
+    raise ctx.fail(problem.kind, problem.zh, problem.en, expected=problem.expected, actual=problem.actual)
 
 
 @st.composite
@@ -254,7 +259,7 @@ def examples(draw: st.DrawFn, tails: float) -> Example:
     first = seq_len
     events: list[tuple[str, int]] = [("read", 0)]
     for _ in range(draw(st.integers(0, 3), label="more events")):
-        kind = draw(st.sampled_from(["read", "write", "grow"]), label="event")
+        kind = draw(st.sampled_from(["read", "write", "grow", "rebind"]), label="event")
         if kind == "grow":
             room = (num_blocks - used) * block_size + (used * block_size - seq_len)
             if room <= 0:
@@ -283,6 +288,7 @@ CORNERS = (
     Example(6, 5, 1, (0, 1, 2), 11, (("read", 0), ("grow", 2), ("read", 0))),
     Example(5, 7, 3, (2, 4, 0), 15),
     Example(3, 2, 5, (0, 1, 2), 5, (("read", 0), ("write", 0), ("read", 0))),
+    Example(4, 3, 2, (2, 0), 5, (("read", 0), ("rebind", 0), ("read", 0))),
 )
 NEEDS = {
     ORDER: [Need(ORDER, 4, "按块表顺序读取（块表与物理顺序不同时）被检查的次数不够", "too few reads through a table out of physical order could be checked")],

@@ -335,6 +335,7 @@ class Sandbox:
         self._zygote_pid = 0
         self._captures: list[tuple[OutputCapture, OutputCapture]] = []
         self._sessions = 0
+        self._session_lock = threading.Lock()
         self._skip: dict[int, CellOutcome] = {}
         self._total_deadline: float | None = None
 
@@ -647,7 +648,15 @@ class Sandbox:
 
     # -- sessions ------------------------------------------------------------------
     def session(self, deadline: float) -> Session:
-        """A fresh child forked from the loaded worker, with the cells' definitions in place."""
+        """A fresh child forked from the loaded worker, with the cells' definitions in place.
+
+        Threads may ask at once (the judge grades TODOs side by side): one fork order and its
+        connection at a time, so that each thread gets the child it asked for.
+        """
+        with self._session_lock:
+            return self._new_session(deadline)
+
+    def _new_session(self, deadline: float) -> Session:
         if not self._zygote_alive():
             self._reload(deadline)
         assert self.control is not None

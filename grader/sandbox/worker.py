@@ -46,6 +46,7 @@ from builtins import (  # noqa: I001, UP029
     OSError,
     RecursionError,
     RuntimeError,
+    SystemExit,
     ZeroDivisionError,
     ImportError,
     NotImplementedError,
@@ -626,6 +627,7 @@ class Session:
     def __init__(self, namespace):
         self.ns = namespace
         self.handles = {}
+        self.example = {}  # what one example keeps between its calls (cleared by reseed)
 
     def new_handle(self, obj):
         handle = len(self.handles) + 1
@@ -653,7 +655,21 @@ class Session:
 
     def op_reseed(self, msg):
         reseed()  # each example starts from the same random state, whatever ran before it
+        self.example = {}
         return None
+
+    def op_permute(self, msg):
+        """Reorder the free list (any order is legal): what the reproduction writes."""
+        manager = self.handles[msg["manager"]]
+        manager.free_blocks[:] = [manager.free_blocks[i] for i in msg["order"]]
+        return None
+
+    def op_first_output(self, msg):
+        """A digest of the tensor the example's first attention call returned, as it is now."""
+        import hashlib
+
+        first = self.example.get("first_output")
+        return None if first is None else hashlib.sha256(base64.b64decode(tensor_payload(first)["data"])).hexdigest()
 
     def op_ledger(self, msg):
         return plain(self.ns["estimate_kv_cache_bytes"](*msg.get("args", []), **msg.get("kwargs", {})))
@@ -681,7 +697,10 @@ class Session:
 
     def op_set_pool(self, msg):
         manager = self.handles[msg["manager"]]
-        manager.physical_kv_cache.copy_(tensor_from(msg["tensor"]))
+        if msg.get("rebind"):  # a new tensor object, as `m.physical_kv_cache = ...` makes
+            manager.physical_kv_cache = tensor_from(msg["tensor"])
+        else:
+            manager.physical_kv_cache.copy_(tensor_from(msg["tensor"]))
         return None
 
     def op_get_cache(self, msg):
@@ -695,6 +714,14 @@ class Session:
         shared = SharedInputs(msg["shared"]) if msg.get("shared") else None
         names = ("query", "key_cache", "value_cache", "block_tables", "seq_lens")
         inputs = {name: tensor_from(msg[name], device, shared) for name in names}
+        previous = self.example.get("caches")
+        if msg.get("reuse_caches") and previous is not None:
+            # The caches of the previous call, written in place, as a decode step writes them.
+            for name, tensor in zip(("key_cache", "value_cache"), previous, strict=True):
+                if tensor.shape == inputs[name].shape and tensor.dtype == inputs[name].dtype:
+                    tensor.copy_(inputs[name])
+                    inputs[name] = tensor
+        self.example["caches"] = (inputs["key_cache"], inputs["value_cache"])
         args = [inputs[name] for name in names]
         # The reproduction calls it the same way: positionally, plus scale as the grader passes it.
         if msg.get("scale_style") == "positional":
@@ -703,6 +730,7 @@ class Session:
             out = self.ns["paged_attention"](*args, scale=msg["scale"])
         else:
             out = self.ns["paged_attention"](*args)
+        self.example.setdefault("first_output", out)
         if device == "cuda":
             torch.cuda.synchronize()
         # Whether the inputs changed, the judge reads from the shared file itself.
@@ -815,12 +843,17 @@ def notebook_namespace():
 
 
 def run_cells(sock, cells, namespace):
+    """Every cell in order; one that raises is reported and the next still runs (so a broken
+    scratch cell costs only itself), except sys.exit(): the author asked to stop there, and
+    Jupyter's Run All stops there too."""
     for index, source in cells:
         send(sock, {"event": "cell_start", "index": index})
         try:
             exec(compile(source, f"<cell {index}>", "exec"), namespace)
         except BaseException as error:  # SystemExit and KeyboardInterrupt included
             send(sock, {"event": "cell_done", "index": index, "error": describe_error(error)})
+            if isinstance(error, SystemExit):
+                return
         else:
             send(sock, {"event": "cell_done", "index": index})
 

@@ -1,4 +1,4 @@
-# hostile: sys.exit(), KeyboardInterrupt and a bare BaseException raised at import, each in its own cell after the definitions; expect 100, cells 2-4 reported as errors
+# hostile: sys.exit(), KeyboardInterrupt and a bare BaseException raised at import, each in its own cell after the definitions; expect 100, cell 2 reported as SystemExit and the cells after it not run (sys.exit stops a run, as in Jupyter)
 import math
 
 import torch
