@@ -18,9 +18,11 @@ forks its worker from the template (grader/sandbox/warm.py) and applies every is
 submission, as a cold worker does.
 
 Both servers are fork servers on socketpairs (grader/sandbox/forkserver.py): nothing with a
-name in the file system, so no submission can reach either.  The server ends when the batch
-closes its end (the batch exited, or was killed): it stops the judges still running, then
-lets the template go.
+name in the file system, so no submission can reach either.  Both fork from one thread: the
+server's only other one is numpy's OpenBLAS pool, which that library stops before a fork and
+starts again in the child (its pthread_atfork handlers), as under multiprocessing's fork.
+The server ends when the batch closes its end (the batch exited, or was killed): it stops
+the judges still running, then lets the template go.
 """
 
 from __future__ import annotations
