@@ -12,6 +12,8 @@ import pytest
 from grader.config import Config, load_config
 from grader.grade import grade_path
 from grader.results import GradeResult
+from grader.sandbox import warm
+from grader.sandbox.client import worker_env
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "corpus"
@@ -45,9 +47,22 @@ def grade_all(paths: Iterable[Path]) -> None:
     todo = [p for p in dict.fromkeys(paths) if p not in _GRADED]
     if len(todo) < 2:
         return
-    with multiprocessing.get_context("fork").Pool(max(1, min(len(todo), os.cpu_count() or 1))) as pool:
-        for path, result in pool.imap_unordered(_grade_one, todo):
-            _GRADED[path] = result
+    # Workers forked from one warm template, as grade-batch's are (tests/test_warm_batch.py
+    # checks that this grades as a cold worker does); a cold worker if it cannot start.
+    template = warm.start(worker_env(False), label="tests")
+    try:
+        template.wait_ready()
+        warm.use(template)
+    except OSError:
+        template = None
+    try:
+        with multiprocessing.get_context("fork").Pool(max(1, min(len(todo), os.cpu_count() or 1))) as pool:
+            for path, result in pool.imap_unordered(_grade_one, todo):
+                _GRADED[path] = result
+    finally:
+        if template is not None:
+            warm.use(None)
+            template.close()
 
 
 def failing_todos(result: GradeResult) -> set[str]:

@@ -49,8 +49,9 @@ from grader.config import Config, load_config
 from grader.grade import grade_path
 from grader.results import GradeResult
 from grader.sandbox import cgroups
-from grader.sandbox.client import Sandbox, descendants
+from grader.sandbox.client import Sandbox
 from grader.sandbox.isolation import probe
+from grader.sandbox.reaping import descendants
 from grader.submission import load_submission
 from tests.conftest import ROOT
 

@@ -19,7 +19,9 @@ from hypothesis import HealthCheck, Phase, settings
 from grader.checks.script import Script
 from grader.config import Config
 from grader.results import Failure, Text
-from grader.sandbox.client import Reply, Sandbox, Session, WorkerLost
+from grader.sandbox.client import Sandbox
+from grader.sandbox.protocol import Reply, WorkerLost
+from grader.sandbox.session import Session
 
 
 class CheckFailure(AssertionError):

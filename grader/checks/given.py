@@ -17,7 +17,7 @@ from grader.checks.arrays import Array
 from grader.checks.base import Abort, CheckFailure, ItemContext, raised
 from grader.checks.script import Script
 from grader.checks.values import as_dict, show
-from grader.sandbox.client import BudgetExceeded
+from grader.sandbox.protocol import BudgetExceeded
 
 Check = Callable[[ItemContext, Script], None]
 

@@ -24,7 +24,7 @@ from hypothesis.errors import Unsatisfiable
 from grader.checks.base import Abort, CheckFailure, Inconclusive, ItemContext, Need, Survey
 from grader.checks.script import Script
 from grader.results import Failure, Text
-from grader.sandbox.client import BudgetExceeded
+from grader.sandbox.protocol import BudgetExceeded
 
 Plan = Callable[[ItemContext], tuple[Sequence[Callable[[], None]], Callable[[], None] | None]]
 

@@ -34,22 +34,17 @@ PA_GRADER_LANDLOCK=0.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import os
 import secrets
-import select
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -62,6 +57,18 @@ from grader.sandbox.isolation import (
     USER_NAMESPACE_SWITCH,
     switched_on,
 )
+from grader.sandbox.protocol import (
+    CellOutcome,
+    LoadReport,
+    OutputCapture,
+    WorkerLost,
+    _clean_error,
+    _index,
+    _recv,
+    _send,
+)
+from grader.sandbox.reaping import _parent_of, _peer_pid, _peer_uid, kill_descendants
+from grader.sandbox.session import Session
 from grader.submission import Cell
 
 if TYPE_CHECKING:  # never imported by a `grade` process: only a warm batch's judges have them
@@ -69,201 +76,9 @@ if TYPE_CHECKING:  # never imported by a `grade` process: only a warm batch's ju
     from grader.sandbox.warm import Template
 
 WORKER = Path(__file__).with_name("worker.py")
-MAX_FRAME = 16 << 20  # no correct reply is near this; a larger one is refused unread
 TOKEN_VAR = "PA_GRADER_SANDBOX"
 FORK_TIMEOUT_S = 5.0  # the loaded submission answers a fork order within this, or is restarted
-ATTENTION_INPUTS = ("query", "key_cache", "value_cache", "block_tables", "seq_lens")
 CONTRACT_NAMES = ("estimate_kv_cache_bytes", "Request", "KVCacheManager", "paged_attention")
-
-
-class WorkerLost(Exception):
-    """The session child is gone: it exited, crashed, hung past a limit or broke the protocol."""
-
-    def __init__(self, reason: str, detail: str = ""):
-        super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason = reason  # "timeout", "exited", "protocol", "too_large"
-        self.detail = detail
-
-
-class BudgetExceeded(BaseException):
-    """An item's time budget is spent.  A BaseException so that hypothesis stops at once."""
-
-
-@dataclass
-class CellOutcome:
-    index: int
-    status: str  # "ok", "error", "timeout", "crashed", "not_run"
-    error: dict[str, Any] | None = None
-
-
-@dataclass
-class LoadReport:
-    cells: list[CellOutcome]
-    names: dict[str, dict[str, Any]]
-    blocked_imports: list[str]
-    cuda_initialized: bool
-    restarts: int
-    failed: str | None = None  # why loading never finished, if it did not
-    landlock: int = 0  # the Landlock ABI the submission runs under (0: none)
-
-
-@dataclass
-class Reply:
-    ok: bool
-    value: Any = None
-    error: dict[str, Any] | None = None
-    state: dict[str, Any] | None = None
-
-
-class OutputCapture:
-    """Drains a pipe on a thread, keeping the first `limit` bytes and counting the rest.
-
-    The thread owns the descriptor: it reads with select() so that stop() ends it even when
-    some stray process still holds the pipe open, and it closes the descriptor itself.
-    """
-
-    def __init__(self, fd: int, limit: int):
-        self.limit = limit
-        self.kept = bytearray()
-        self.total = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._drain, args=(fd,), daemon=True, name="pa-grade-output")
-        self._thread.start()
-
-    def _drain(self, fd: int) -> None:
-        try:
-            while not self._stop.is_set():
-                ready, _, _ = select.select([fd], [], [], 0.2)
-                if not ready:
-                    continue
-                try:
-                    chunk = os.read(fd, 1 << 20)
-                except OSError:
-                    return
-                if not chunk:
-                    return
-                self.total += len(chunk)
-                room = self.limit - len(self.kept)
-                if room > 0:
-                    self.kept += chunk[:room]
-        finally:
-            os.close(fd)
-
-    def stop(self, wait: float = 1.0) -> None:
-        """Take what is already in the pipe, then end the thread."""
-        self._thread.join(timeout=wait)  # at EOF it ends by itself
-        self._stop.set()
-        self._thread.join(timeout=1.0)
-
-    def text(self) -> str:
-        return bytes(self.kept).decode("utf-8", errors="replace")
-
-
-def _send(sock: socket.socket, message: dict[str, Any]) -> None:
-    data = json.dumps(message).encode()
-    sock.sendall(struct.pack(">I", len(data)) + data)
-
-
-def _recv(sock: socket.socket, deadline: float) -> dict[str, Any]:
-    (size,) = struct.unpack(">I", _read_exact(sock, 4, deadline))
-    if size > MAX_FRAME:
-        raise WorkerLost("too_large", f"a reply of {size} bytes")
-    try:
-        message = json.loads(_read_exact(sock, size, deadline).decode())
-    except (UnicodeDecodeError, ValueError, RecursionError) as error:  # ValueError: bad JSON, huge ints
-        raise WorkerLost("protocol", str(error)[:200]) from None
-    if not isinstance(message, dict):
-        raise WorkerLost("protocol", "reply is not an object")
-    return message
-
-
-def _read_exact(sock: socket.socket, size: int, deadline: float) -> bytes:
-    chunks = []
-    while size:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise WorkerLost("timeout")
-        sock.settimeout(remaining)
-        try:
-            chunk = sock.recv(min(size, 1 << 20))
-        except TimeoutError:
-            raise WorkerLost("timeout") from None
-        except OSError as error:
-            raise WorkerLost("exited", str(error)) from None
-        if not chunk:
-            raise WorkerLost("exited")
-        chunks.append(chunk)
-        size -= len(chunk)
-    return b"".join(chunks)
-
-
-def _clean_error(raw: Any) -> dict[str, Any] | None:
-    """An error description from the worker, reduced to the fields and types the judge reads."""
-    if not isinstance(raw, dict):
-        return None
-    return {
-        "type": str(raw.get("type", ""))[:200],
-        "message": str(raw.get("message", ""))[:2000],
-        "traceback": str(raw.get("traceback", ""))[:4000],
-        "not_implemented": raw.get("not_implemented") is True,
-        "rejected_return": raw.get("rejected_return") is True,
-        "isa": [str(name)[:40] for name in raw.get("isa", [])][:20] if isinstance(raw.get("isa"), list) else [],
-    }
-
-
-def _index(event: dict[str, Any]) -> int:
-    index = event.get("index")
-    if type(index) is not int:
-        raise WorkerLost("protocol", "a cell event without a cell index")
-    return index
-
-
-def _process_table() -> dict[int, list[int]]:
-    """Parent pid -> live child pids, from /proc (zombies left out: they are already dead)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 1 and fields[0] != b"Z":
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-    return children
-
-
-def descendants(root: int) -> list[int]:
-    table = _process_table()
-    found, todo = [], [root]
-    while todo:
-        for child in table.get(todo.pop(), ()):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def kill_descendants(root: int) -> int:
-    """SIGKILL everything below `root` until nothing is left; returns how many were killed.
-
-    The worker's first process is a child subreaper, so an orphan of the submission (a
-    daemon, a double fork, a setsid) is re-parented to it and is found on the next round.
-    """
-    killed = 0
-    for _round in range(200):
-        below = descendants(root)
-        if not below:
-            break
-        for pid in below:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed += 1
-            except (ProcessLookupError, PermissionError):
-                pass
-        time.sleep(0.002)
-    return killed
 
 
 def worker_env(allow_cuda: bool) -> dict[str, str]:
@@ -700,138 +515,3 @@ class _CellKilled(Exception):
     def __init__(self, outcome: CellOutcome):
         super().__init__(outcome.status)
         self.outcome = outcome
-
-
-def _parent_of(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-        return int(stat[stat.rfind(b")") + 2 :].split()[1])
-    except (OSError, ValueError, IndexError):
-        return -1
-
-
-def _peer_pid(conn: socket.socket) -> int:
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    pid, _, _ = struct.unpack("3i", creds)
-    return pid
-
-
-def _peer_uid(conn: socket.socket) -> int:
-    """The uid the peer runs as, as this process sees it (outside the worker's user namespace)."""
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _, uid, _ = struct.unpack("3i", creds)
-    return uid
-
-
-@dataclass
-class Session:
-    """One forked child.  `call` sends one operation and waits for its reply within the limits."""
-
-    conn: socket.socket
-    pid: int
-    call_timeout_s: float
-    deadline: float
-    alive: bool = True
-    shared_dir: Path | None = None
-    shared_gid: int | None = None  # the submission's group, when it runs under a uid of its own
-    _next_id: int = field(default=0)
-
-    def call(self, op: str, timeout: float | None = None, **fields: Any) -> Reply:
-        if not self.alive:
-            raise WorkerLost("exited", "the session already ended")
-        now = time.monotonic()
-        if now >= self.deadline:
-            self.kill()
-            raise BudgetExceeded()
-        self._next_id += 1
-        shared = None
-        if op == "attention" and fields.get("device", "cpu") == "cpu" and self.shared_dir is not None:
-            fields, shared = _share_inputs(fields, self.shared_dir, self.shared_gid)
-        message = {"op": op, "id": self._next_id, **fields}
-        call_deadline = min(now + (timeout or self.call_timeout_s), self.deadline)
-        try:
-            _send(self.conn, message)
-            while True:
-                reply = _recv(self.conn, call_deadline)
-                if reply.get("id") == self._next_id:
-                    break
-            if shared is not None and reply.get("ok") is True and isinstance(reply.get("value"), dict):
-                # What the judge reads back from its own file, not what the submission says.
-                reply["value"]["input_digests"] = shared.digests()
-        except WorkerLost as lost:
-            self.kill()
-            if lost.reason == "timeout" and time.monotonic() >= self.deadline:
-                raise BudgetExceeded() from None
-            raise
-        except OSError as error:
-            self.kill()
-            raise WorkerLost("exited", str(error)) from None
-        finally:
-            if shared is not None:
-                shared.close()
-        return Reply(
-            ok=reply.get("ok") is True,
-            value=reply.get("value"),
-            error=_clean_error(reply.get("error")),
-            state=reply.get("state") if isinstance(reply.get("state"), dict) else None,
-        )
-
-    def kill(self) -> None:
-        if self.alive:
-            self.alive = False
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            self.conn.close()
-
-    def end(self) -> None:
-        if self.alive:
-            try:
-                _send(self.conn, {"op": "end"})
-            except OSError:
-                pass
-            self.kill()
-
-
-class _SharedInputs:
-    """paged_attention's inputs in a file the session maps shared: in-place writes land here."""
-
-    def __init__(self, fd: int, path: Path, regions: dict[str, tuple[int, int]]):
-        self.fd, self.path, self.regions = fd, path, regions
-
-    def digests(self) -> dict[str, str]:
-        return {name: hashlib.sha256(os.pread(self.fd, size, offset)).hexdigest() for name, (offset, size) in self.regions.items()}
-
-    def close(self) -> None:
-        os.close(self.fd)
-        try:
-            self.path.unlink()
-        except OSError:
-            pass
-
-
-def _share_inputs(fields: dict[str, Any], directory: Path, gid: int | None = None) -> tuple[dict[str, Any], _SharedInputs | None]:
-    blobs: dict[str, bytes] = {}
-    for name in ATTENTION_INPUTS:
-        payload = fields.get(name)
-        if not isinstance(payload, dict) or not isinstance(payload.get("data"), str):
-            return fields, None
-        blobs[name] = base64.b64decode(payload["data"])
-    layout, regions, offset = {}, {}, 0
-    for name, blob in blobs.items():
-        regions[name] = (offset, len(blob))
-        layout[name] = {"dtype": fields[name]["dtype"], "shape": fields[name]["shape"], "offset": offset}
-        offset += (len(blob) + 63) // 64 * 64
-    if offset == 0:
-        return fields, None
-    path = directory / f"inputs-{secrets.token_hex(8)}"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    if gid is not None:  # the submission's own uid reads and writes it through its group
-        os.fchown(fd, -1, gid)
-        os.fchmod(fd, 0o660)
-    for name, blob in blobs.items():
-        os.pwrite(fd, blob, regions[name][0])
-    os.ftruncate(fd, offset)
-    return {**fields, **layout, "shared": {"path": str(path), "size": offset}}, _SharedInputs(fd, path, regions)

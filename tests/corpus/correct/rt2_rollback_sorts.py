@@ -1,5 +1,5 @@
-# corpus: expect-fail todo2
-# mistake: pops blocks one by one and on OOM rolls back by extending and sorting, which reorders a free list that was not sorted
+# corpus: expect-pass
+# style: pops blocks one by one and on OOM rolls back by extending and sorting (the given release keeps the free list sorted, so the API never sees a difference)
 """PagedAttention exercise (solution)."""
 
 import math

@@ -1,0 +1,193 @@
+"""The operations a session child answers, one per request: call this method, run that
+function, read this state.  Part of the worker (worker.py loads it by path).
+"""
+
+# Bound before any cell can reassign them in the builtins module (worker.py says why).
+from builtins import (  # noqa: I001, UP029
+    BaseException,
+    TypeError,
+    getattr,
+    len,
+    list,
+    str,
+    type,
+)
+import base64
+import random
+import sys
+
+# Loaded by worker.py before this module, by path (in the worker the sandbox is no package).
+from _pa_sandbox_wire import (  # noqa: I001
+    _as_int,
+    _dumps,
+    _pack,
+    describe_error,
+    int_list,
+    plain,
+    recv,
+    SharedInputs,
+    tensor_from,
+    tensor_payload,
+)
+
+
+# --- the session child: one operation per request -------------------------------------
+
+class Session:
+    def __init__(self, namespace):
+        self.ns = namespace
+        self.handles = {}
+        self.example = {}  # what one example keeps between its calls (cleared by reseed)
+
+    def new_handle(self, obj):
+        handle = len(self.handles) + 1
+        self.handles[handle] = obj
+        return handle
+
+    def snapshot(self, spec):
+        state = {}
+        if spec.get("manager") is not None:
+            manager = self.handles[spec["manager"]]
+            state["free_blocks"] = _observe(lambda: int_list(manager.free_blocks, "free_blocks"))
+        requests = {}
+        for handle in spec.get("requests", []):
+            req = self.handles[handle]
+            requests[str(handle)] = {
+                "seq_len": _observe(lambda req=req: _plain_int(req.seq_len, "seq_len")),
+                "block_table": _observe(lambda req=req: int_list(req.block_table, "block_table")),
+            }
+        state["requests"] = requests
+        return state
+
+    # Operations -------------------------------------------------------------------
+    def op_observe(self, msg):
+        return None  # the reply's snapshot is the point
+
+    def op_reseed(self, msg):
+        reseed()  # each example starts from the same random state, whatever ran before it
+        self.example = {}
+        return None
+
+    def op_permute(self, msg):
+        """Reorder the free list (any order is legal): what the reproduction writes."""
+        manager = self.handles[msg["manager"]]
+        manager.free_blocks[:] = [manager.free_blocks[i] for i in msg["order"]]
+        return None
+
+    def op_first_output(self, msg):
+        """A digest of the tensor the example's first attention call returned, as it is now."""
+        import hashlib
+
+        first = self.example.get("first_output")
+        return None if first is None else hashlib.sha256(base64.b64decode(tensor_payload(first)["data"])).hexdigest()
+
+    def op_ledger(self, msg):
+        return plain(self.ns["estimate_kv_cache_bytes"](*msg.get("args", []), **msg.get("kwargs", {})))
+
+    def op_new(self, msg):
+        return self.new_handle(self.ns[msg["cls"]](**msg["kwargs"]))
+
+    def op_method(self, msg):
+        target = self.handles[msg["target"]]
+        args = [self.handles[h] for h in msg.get("args", [])]
+        return plain(getattr(target, msg["name"])(*args))
+
+    def op_place(self, msg):
+        """Give a request blocks the way a correct prefill would: exactly what the reproduction
+        writes, `r.block_table = [m.free_blocks.pop(i) for i in indices]`."""
+        manager, req = self.handles[msg["manager"]], self.handles[msg["request"]]
+        req.block_table = [manager.free_blocks.pop(i) for i in msg["indices"]]
+        return None
+
+    def op_set_table(self, msg):
+        req = self.handles[msg["request"]]
+        req.block_table = list(msg["table"])
+        req.seq_len = msg["seq_len"]
+        return None
+
+    def op_set_pool(self, msg):
+        manager = self.handles[msg["manager"]]
+        if msg.get("rebind"):  # a new tensor object, as `m.physical_kv_cache = ...` makes
+            manager.physical_kv_cache = tensor_from(msg["tensor"])
+        else:
+            manager.physical_kv_cache.copy_(tensor_from(msg["tensor"]))
+        return None
+
+    def op_get_cache(self, msg):
+        manager, req = self.handles[msg["manager"]], self.handles[msg["request"]]
+        return tensor_payload(manager.get_physical_cache(req))
+
+    def op_attention(self, msg):
+        import torch
+
+        device = msg.get("device", "cpu")
+        shared = SharedInputs(msg["shared"]) if msg.get("shared") else None
+        names = ("query", "key_cache", "value_cache", "block_tables", "seq_lens")
+        inputs = {name: tensor_from(msg[name], device, shared) for name in names}
+        previous = self.example.get("caches")
+        if msg.get("reuse_caches") and previous is not None:
+            # The caches of the previous call, written in place, as a decode step writes them.
+            for name, tensor in zip(("key_cache", "value_cache"), previous, strict=True):
+                if tensor.shape == inputs[name].shape and tensor.dtype == inputs[name].dtype:
+                    tensor.copy_(inputs[name])
+                    inputs[name] = tensor
+        self.example["caches"] = (inputs["key_cache"], inputs["value_cache"])
+        args = [inputs[name] for name in names]
+        # The reproduction calls it the same way: positionally, plus scale as the grader passes it.
+        if msg.get("scale_style") == "positional":
+            out = self.ns["paged_attention"](*args, msg["scale"])
+        elif msg.get("scale_style") == "keyword":
+            out = self.ns["paged_attention"](*args, scale=msg["scale"])
+        else:
+            out = self.ns["paged_attention"](*args)
+        self.example.setdefault("first_output", out)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        # Whether the inputs changed, the judge reads from the shared file itself.
+        return {"output": tensor_payload(out)}
+
+    def serve(self, sock):
+        while True:
+            msg = recv(sock)
+            if msg.get("op") == "end":
+                return
+            reply = {"id": msg.get("id")}
+            try:
+                reply["value"] = getattr(self, "op_" + msg["op"])(msg)
+                reply["ok"] = True
+            except BaseException as error:  # report it; the judge decides what it means
+                reply["ok"] = False
+                reply["error"] = describe_error(error)
+            if msg.get("snapshot"):
+                try:
+                    reply["state"] = self.snapshot(msg["snapshot"])
+                except BaseException as error:
+                    reply["state_error"] = describe_error(error)
+            try:
+                data = _dumps(reply, allow_nan=True).encode()
+            except BaseException as error:  # a value JSON cannot carry: say so instead of dying
+                data = _dumps({"id": msg.get("id"), "ok": False, "error": describe_error(error)}).encode()
+            sock.sendall(_pack(">I", len(data)) + data)
+
+
+def _plain_int(value, what):
+    as_int = _as_int(value)
+    if as_int is None:
+        raise TypeError(f"{what} should be an int, got {type(value).__name__}")
+    return as_int
+
+
+def _observe(read):
+    try:
+        return {"ok": read()}
+    except BaseException as error:
+        return {"error": describe_error(error)}
+
+
+def reseed():
+    import torch
+
+    random.seed(0)
+    torch.manual_seed(0)
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed(0)

@@ -1,0 +1,159 @@
+"""What crosses from the worker to the judge: length-prefixed JSON frames (never pickle), the
+replies and reports made of them, and the worker's output.  Nothing a worker sends can run
+code here; a frame too large or malformed ends the session as "protocol" or "too_large"."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+MAX_FRAME = 16 << 20  # no correct reply is near this; a larger one is refused unread
+
+
+class WorkerLost(Exception):
+    """The session child is gone: it exited, crashed, hung past a limit or broke the protocol."""
+
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason  # "timeout", "exited", "protocol", "too_large"
+        self.detail = detail
+
+
+class BudgetExceeded(BaseException):
+    """An item's time budget is spent.  A BaseException so that hypothesis stops at once."""
+
+
+@dataclass
+class CellOutcome:
+    index: int
+    status: str  # "ok", "error", "timeout", "crashed", "not_run"
+    error: dict[str, Any] | None = None
+
+
+@dataclass
+class LoadReport:
+    cells: list[CellOutcome]
+    names: dict[str, dict[str, Any]]
+    blocked_imports: list[str]
+    cuda_initialized: bool
+    restarts: int
+    failed: str | None = None  # why loading never finished, if it did not
+    landlock: int = 0  # the Landlock ABI the submission runs under (0: none)
+
+
+@dataclass
+class Reply:
+    ok: bool
+    value: Any = None
+    error: dict[str, Any] | None = None
+    state: dict[str, Any] | None = None
+
+
+class OutputCapture:
+    """Drains a pipe on a thread, keeping the first `limit` bytes and counting the rest.
+
+    The thread owns the descriptor: it reads with select() so that stop() ends it even when
+    some stray process still holds the pipe open, and it closes the descriptor itself.
+    """
+
+    def __init__(self, fd: int, limit: int):
+        self.limit = limit
+        self.kept = bytearray()
+        self.total = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._drain, args=(fd,), daemon=True, name="pa-grade-output")
+        self._thread.start()
+
+    def _drain(self, fd: int) -> None:
+        try:
+            while not self._stop.is_set():
+                ready, _, _ = select.select([fd], [], [], 0.2)
+                if not ready:
+                    continue
+                try:
+                    chunk = os.read(fd, 1 << 20)
+                except OSError:
+                    return
+                if not chunk:
+                    return
+                self.total += len(chunk)
+                room = self.limit - len(self.kept)
+                if room > 0:
+                    self.kept += chunk[:room]
+        finally:
+            os.close(fd)
+
+    def stop(self, wait: float = 1.0) -> None:
+        """Take what is already in the pipe, then end the thread."""
+        self._thread.join(timeout=wait)  # at EOF it ends by itself
+        self._stop.set()
+        self._thread.join(timeout=1.0)
+
+    def text(self) -> str:
+        return bytes(self.kept).decode("utf-8", errors="replace")
+
+
+def _send(sock: socket.socket, message: dict[str, Any]) -> None:
+    data = json.dumps(message).encode()
+    sock.sendall(struct.pack(">I", len(data)) + data)
+
+
+def _recv(sock: socket.socket, deadline: float) -> dict[str, Any]:
+    (size,) = struct.unpack(">I", _read_exact(sock, 4, deadline))
+    if size > MAX_FRAME:
+        raise WorkerLost("too_large", f"a reply of {size} bytes")
+    try:
+        message = json.loads(_read_exact(sock, size, deadline).decode())
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:  # ValueError: bad JSON, huge ints
+        raise WorkerLost("protocol", str(error)[:200]) from None
+    if not isinstance(message, dict):
+        raise WorkerLost("protocol", "reply is not an object")
+    return message
+
+
+def _read_exact(sock: socket.socket, size: int, deadline: float) -> bytes:
+    chunks = []
+    while size:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise WorkerLost("timeout")
+        sock.settimeout(remaining)
+        try:
+            chunk = sock.recv(min(size, 1 << 20))
+        except TimeoutError:
+            raise WorkerLost("timeout") from None
+        except OSError as error:
+            raise WorkerLost("exited", str(error)) from None
+        if not chunk:
+            raise WorkerLost("exited")
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+def _clean_error(raw: Any) -> dict[str, Any] | None:
+    """An error description from the worker, reduced to the fields and types the judge reads."""
+    if not isinstance(raw, dict):
+        return None
+    return {
+        "type": str(raw.get("type", ""))[:200],
+        "message": str(raw.get("message", ""))[:2000],
+        "traceback": str(raw.get("traceback", ""))[:4000],
+        "not_implemented": raw.get("not_implemented") is True,
+        "rejected_return": raw.get("rejected_return") is True,
+        "isa": [str(name)[:40] for name in raw.get("isa", [])][:20] if isinstance(raw.get("isa"), list) else [],
+    }
+
+
+def _index(event: dict[str, Any]) -> int:
+    index = event.get("index")
+    if type(index) is not int:
+        raise WorkerLost("protocol", "a cell event without a cell index")
+    return index

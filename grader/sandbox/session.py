@@ -1,0 +1,133 @@
+"""A session child as the judge sees it: one operation at a time, within the time limits, and
+paged_attention's inputs in a file both map (what the submission writes there, the judge reads
+back itself)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import secrets
+import signal
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grader.sandbox.protocol import BudgetExceeded, Reply, WorkerLost, _clean_error, _recv, _send
+
+ATTENTION_INPUTS = ("query", "key_cache", "value_cache", "block_tables", "seq_lens")
+
+
+@dataclass
+class Session:
+    """One forked child.  `call` sends one operation and waits for its reply within the limits."""
+
+    conn: socket.socket
+    pid: int
+    call_timeout_s: float
+    deadline: float
+    alive: bool = True
+    shared_dir: Path | None = None
+    shared_gid: int | None = None  # the submission's group, when it runs under a uid of its own
+    _next_id: int = field(default=0)
+
+    def call(self, op: str, timeout: float | None = None, **fields: Any) -> Reply:
+        if not self.alive:
+            raise WorkerLost("exited", "the session already ended")
+        now = time.monotonic()
+        if now >= self.deadline:
+            self.kill()
+            raise BudgetExceeded()
+        self._next_id += 1
+        shared = None
+        if op == "attention" and fields.get("device", "cpu") == "cpu" and self.shared_dir is not None:
+            fields, shared = _share_inputs(fields, self.shared_dir, self.shared_gid)
+        message = {"op": op, "id": self._next_id, **fields}
+        call_deadline = min(now + (timeout or self.call_timeout_s), self.deadline)
+        try:
+            _send(self.conn, message)
+            while True:
+                reply = _recv(self.conn, call_deadline)
+                if reply.get("id") == self._next_id:
+                    break
+            if shared is not None and reply.get("ok") is True and isinstance(reply.get("value"), dict):
+                # What the judge reads back from its own file, not what the submission says.
+                reply["value"]["input_digests"] = shared.digests()
+        except WorkerLost as lost:
+            self.kill()
+            if lost.reason == "timeout" and time.monotonic() >= self.deadline:
+                raise BudgetExceeded() from None
+            raise
+        except OSError as error:
+            self.kill()
+            raise WorkerLost("exited", str(error)) from None
+        finally:
+            if shared is not None:
+                shared.close()
+        return Reply(
+            ok=reply.get("ok") is True,
+            value=reply.get("value"),
+            error=_clean_error(reply.get("error")),
+            state=reply.get("state") if isinstance(reply.get("state"), dict) else None,
+        )
+
+    def kill(self) -> None:
+        if self.alive:
+            self.alive = False
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            self.conn.close()
+
+    def end(self) -> None:
+        if self.alive:
+            try:
+                _send(self.conn, {"op": "end"})
+            except OSError:
+                pass
+            self.kill()
+
+
+class _SharedInputs:
+    """paged_attention's inputs in a file the session maps shared: in-place writes land here."""
+
+    def __init__(self, fd: int, path: Path, regions: dict[str, tuple[int, int]]):
+        self.fd, self.path, self.regions = fd, path, regions
+
+    def digests(self) -> dict[str, str]:
+        return {name: hashlib.sha256(os.pread(self.fd, size, offset)).hexdigest() for name, (offset, size) in self.regions.items()}
+
+    def close(self) -> None:
+        os.close(self.fd)
+        try:
+            self.path.unlink()
+        except OSError:
+            pass
+
+
+def _share_inputs(fields: dict[str, Any], directory: Path, gid: int | None = None) -> tuple[dict[str, Any], _SharedInputs | None]:
+    blobs: dict[str, bytes] = {}
+    for name in ATTENTION_INPUTS:
+        payload = fields.get(name)
+        if not isinstance(payload, dict) or not isinstance(payload.get("data"), str):
+            return fields, None
+        blobs[name] = base64.b64decode(payload["data"])
+    layout, regions, offset = {}, {}, 0
+    for name, blob in blobs.items():
+        regions[name] = (offset, len(blob))
+        layout[name] = {"dtype": fields[name]["dtype"], "shape": fields[name]["shape"], "offset": offset}
+        offset += (len(blob) + 63) // 64 * 64
+    if offset == 0:
+        return fields, None
+    path = directory / f"inputs-{secrets.token_hex(8)}"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    if gid is not None:  # the submission's own uid reads and writes it through its group
+        os.fchown(fd, -1, gid)
+        os.fchmod(fd, 0o660)
+    for name, blob in blobs.items():
+        os.pwrite(fd, blob, regions[name][0])
+    os.ftruncate(fd, offset)
+    return {**fields, **layout, "shared": {"path": str(path), "size": offset}}, _SharedInputs(fd, path, regions)
