@@ -97,17 +97,19 @@ def changed(sources: list[str], reference: dict[str, Any] | None = None) -> list
     given = _load() if reference is None else reference
     definitions: dict[str, ast.AST] = {}
     classes: dict[str, ast.ClassDef] = {}
+    trees: list[ast.Module] = []
     for source in sources:
         try:
             tree = ast.parse(source)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
+        trees.append(tree)
         for node in tree.body:
             if isinstance(node, ast.ClassDef):
                 classes[node.name] = node
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in CONTRACT:
                 definitions[node.name] = node  # the last definition is the one that counts
-    notes: list[Text] = []
+    notes: list[Text] = _replaced_from_outside(trees, given)
     for name, spec in given.items():
         node = definitions.get(name)
         if node is None:
@@ -128,6 +130,29 @@ def changed(sources: list[str], reference: dict[str, Any] | None = None) -> list
         else:
             notes.append(_note(name, "不再是函数", "is no longer a function"))
     return notes
+
+
+def _replaced_from_outside(trees: list[ast.Module], given: dict[str, Any]) -> list[Text]:
+    """Given methods rebound from outside their class: `Request.__init__ = f`, `setattr(...)`."""
+    # Wholly given methods only: a TODO method written outside its class is the student's own way.
+    given_methods = {name: {m for m, part in spec["methods"].items() if "whole" in part} for name, spec in given.items() if "methods" in spec}
+    found: list[str] = []
+    for tree in trees:
+        for node in ast.walk(tree):
+            targets: list[tuple[ast.expr, str | None]] = []
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+                for target in node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]:
+                    if isinstance(target, ast.Attribute):
+                        targets.append((target.value, target.attr))
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr") and len(node.args) >= 2:
+                attr = node.args[1].value if isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str) else None
+                targets.append((node.args[0], attr))
+            for owner, attr in targets:
+                if isinstance(owner, ast.Name) and owner.id in given_methods and (attr is None or attr in given_methods[owner.id]):
+                    where = f"{owner.id}.{attr}" if attr else owner.id
+                    if where not in found:
+                        found.append(where)
+    return [_note(where, "在类外被替换", "is replaced from outside the class") for where in found]
 
 
 def _methods(node: ast.ClassDef, classes: dict[str, ast.ClassDef], seen: frozenset[str] = frozenset()) -> dict[str, ast.FunctionDef]:

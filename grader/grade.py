@@ -5,15 +5,16 @@ Never raises for anything a submission does: every path ends in a GradeResult.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import dataclasses
 import functools
 import threading
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from grader import given_code, integrity
 from grader.config import Config, RubricItem
@@ -134,7 +135,7 @@ def grade_submission(submission: Submission, config: Config, device: str, todos:
             groups = _balanced(list(by_todo), 2)
             run = functools.partial(_run_todos, by_todo=by_todo, checks=CHECKS, required_names=REQUIRED_NAMES,
                                     sandbox=sandbox, report=report, config=config, device=device, deadline=deadline, grading=grading)
-            with ThreadPoolExecutor(max_workers=len(groups), thread_name_prefix="pa-grade-todos") as pool:
+            with _one_compile_at_a_time(), ThreadPoolExecutor(max_workers=len(groups), thread_name_prefix="pa-grade-todos") as pool:
                 outcomes = {o.id: o for group in pool.map(run, groups) for o in group}
             result.items = [outcomes[item.id] for item in wanted]
             result.given_code = _given_code(submission, sandbox, report, config, deadline, grading)
@@ -159,6 +160,41 @@ def _hypothesis_home(private: Path) -> Iterator[None]:
         yield
     finally:
         set_hypothesis_home_dir(None)  # back to the default: HYPOTHESIS_STORAGE_DIRECTORY or ./.hypothesis
+
+
+class _SerialCompile:
+    """CPython 3.11 keeps the AST converter's recursion depth in interpreter-wide state: two
+    threads that parse at once can fail with SystemError("AST constructor recursion depth
+    mismatch").  Hypothesis parses source as it runs (ast.parse calls compile), so while the
+    grading threads run, compile() takes a lock.  Overlapping gradings share one wrapper."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.users = 0
+        self.original: Callable[..., Any] = builtins.compile
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[None]:
+        with self.lock:
+            if self.users == 0:
+                self.original = original = builtins.compile
+
+                def compile_one_at_a_time(*args: Any, **kwargs: Any) -> Any:
+                    with self.lock:
+                        return original(*args, **kwargs)
+
+                builtins.compile = compile_one_at_a_time
+            self.users += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.users -= 1
+                if self.users == 0:
+                    builtins.compile = self.original
+
+
+_one_compile_at_a_time = _SerialCompile()
 
 
 # Rough cost of each TODO's checks, to split them evenly between the two threads.

@@ -133,10 +133,17 @@ def test_a_decode_growth_bug_leaves_the_ownership_item_alone() -> None:
     assert items["todo3.ownership"].status == "passed"
 
 
-def test_a_base_mistake_costs_the_base_attention_item_only() -> None:
-    items = {i.id: i for i in graded(CORPUS / "buggy" / "todo5_no_scale.py").items if i.todo == "todo5"}
-    assert items["todo5.mha_fp32"].status == "failed"
+@pytest.mark.parametrize("name", ["todo5_drops_last_token", "todo5_double_scale"])
+def test_a_base_mistake_costs_the_base_attention_item_only(name: str) -> None:
+    items = {i.id: i for i in graded(CORPUS / "buggy" / f"{name}.py").items if i.todo == "todo5"}
     assert [i for i, item in items.items() if item.status == "failed"] == ["todo5.mha_fp32"]
+
+
+def test_one_mistake_costs_each_item_whose_property_it_breaks() -> None:
+    """No scaling at all: wrong with the default scale (the base item) and with an explicit
+    one (the scale item); GQA, paging and low precision are handled right and keep their points."""
+    items = {i.id: i for i in graded(CORPUS / "buggy" / "todo5_no_scale.py").items if i.todo == "todo5"}
+    assert [i for i, item in items.items() if item.status == "failed"] == ["todo5.mha_fp32", "todo5.scale_and_stability"]
 
 
 def test_no_op_methods_and_return_query_earn_no_ownership_or_inputs_points() -> None:

@@ -66,3 +66,21 @@ def test_changed_given_behaviour_is_a_finding_and_costs_no_points(tmp_path: Path
     findings = [g.message.en for g in result.given_code]
     assert any(f.startswith("given code changed") for f in findings), findings
     assert any(f.startswith("given code:") and words in f for f in findings), findings
+
+
+@pytest.mark.parametrize(
+    ("patch", "where"),
+    [
+        ("KVCacheManager.release_request = lambda self, req: None", "KVCacheManager.release_request"),
+        ("setattr(Request, '__init__', lambda self, request_id, prompt_len: None)", "Request.__init__"),
+        ("def _patch():\n    KVCacheManager.allocation_report = lambda self, req: {}\n_patch()", "KVCacheManager.allocation_report"),
+    ],
+)
+def test_a_given_method_replaced_from_outside_its_class_is_named(patch: str, where: str) -> None:
+    notes = [n.en for n in changed([REFERENCE + "\n" + patch + "\n"])]
+    assert notes == [f"given code changed: {where} is replaced from outside the class (graded as submitted; the given behaviour is checked separately)"]
+
+
+def test_a_todo_method_written_outside_its_class_is_the_students_own_way() -> None:
+    patch = "def _prefill(self, req):\n    pass\nKVCacheManager.allocate_for_prefill = _prefill\nm = KVCacheManager(2, 2, 2)\nm.free_blocks = [1, 0]\n"
+    assert changed([REFERENCE + "\n" + patch]) == []

@@ -4,6 +4,7 @@ and still fail the numerically wrong ones: run in-process, without the sandbox, 
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -21,6 +22,16 @@ pytestmark = pytest.mark.slow
 
 STRATEGIES = {"any": cases(), **{feature: cases(feature) for feature in FEATURES}}
 NAMES = ("query", "key_cache", "value_cache", "block_tables", "seq_lens")
+
+
+@pytest.fixture(autouse=True)
+def _torch_defaults() -> Iterator[None]:
+    """A corpus file may change torch's process-wide defaults (rt2_default_float64 does), which a
+    grading's fresh worker never carries into the next file: put them back after each test."""
+    dtype, threads = torch.get_default_dtype(), torch.get_num_threads()
+    yield
+    torch.set_default_dtype(dtype)
+    torch.set_num_threads(threads)
 
 
 def _load(path: Path) -> ModuleType:

@@ -91,7 +91,8 @@ def call(ctx: ItemContext, case: Case) -> Called:
         if error.get("not_implemented") and ctx.nothing_yet():
             raise Abort(ctx.failure("not_implemented", f"{LABEL} 还没有实现（paged_attention 抛出 NotImplementedError）", f"{LABEL} is not implemented yet (paged_attention raised NotImplementedError)"))
         what = f"{error.get('type')}: {str(error.get('message'))[:300]}"
-        kind = "not_implemented" if error.get("not_implemented") else "error"  # for part of the domain only
+        # NotImplementedError for part of the domain only; a value the worker would not send is an answer.
+        kind = "not_implemented" if error.get("not_implemented") else "wrong" if error.get("rejected_return") else "error"
         return Called(Verdict(kind, f"paged_attention 意外抛出 {what}", f"paged_attention raised {what}", actual=what, traceback=str(error.get("traceback", ""))), [], None)
     value = reply.value if isinstance(reply.value, dict) else {}
     digests = value.get("input_digests") or {}

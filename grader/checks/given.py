@@ -83,6 +83,27 @@ def manager_validation(ctx: ItemContext, script: Script) -> None:
         _must_raise(ctx, script, "manager_validation", code, code, "new", cls="KVCacheManager", kwargs=kwargs)
 
 
+def initial_state(ctx: ItemContext, script: Script) -> None:
+    """A new manager's free list is every block in order; a new request holds no block."""
+    manager = _new(ctx, script, "m", "KVCacheManager", num_blocks=5, block_size=2, head_dim=3)
+    req = _new(ctx, script, "r", "Request", request_id=3, prompt_len=4)
+    if manager is None or req is None:
+        return
+    state = ctx.call("observe", snapshot={"manager": manager, "requests": [req]}).state or {}
+    free = (state.get("free_blocks") or {}).get("ok")
+    seen = (state.get("requests") or {}).get(str(req), {})
+    seq_len, table = (seen.get("seq_len") or {}).get("ok"), (seen.get("block_table") or {}).get("ok")
+    if free != [0, 1, 2, 3, 4] or seq_len != 4 or table != []:
+        script.expect("m.free_blocks == [0, 1, 2, 3, 4] and (r.seq_len, r.block_table) == (4, [])", "expected free_blocks [0, 1, 2, 3, 4], seq_len 4, an empty table; got {m.free_blocks}, {r.seq_len}, {r.block_table}")
+        raise Differs(
+            "initial_state",
+            "新建的 KVCacheManager 的空闲列表应为 list(range(num_blocks))，新建的 Request 应为 seq_len=prompt_len、空块表",
+            "a new KVCacheManager's free list should be list(range(num_blocks)), a new Request's seq_len its prompt_len and its table empty",
+            "free_blocks=[0, 1, 2, 3, 4], seq_len=4, block_table=[]",
+            f"free_blocks={free}, seq_len={seq_len}, block_table={table}",
+        )
+
+
 def _manager_with_request(ctx: ItemContext, script: Script, table: list[int], seq_len: int) -> tuple[int, int] | None:
     manager = _new(ctx, script, "m", "KVCacheManager", num_blocks=4, block_size=4, head_dim=2)
     req = _new(ctx, script, "r", "Request", request_id=0, prompt_len=seq_len)
@@ -169,7 +190,7 @@ CHECKS: dict[str, tuple[str, ...]] = {
     # name needed -> checks
     "estimate_kv_cache_bytes": ("ledger_validation", "ledger_layout"),
     "Request": ("request_validation",),
-    "KVCacheManager": ("manager_validation", "second_prefill", "allocation_report", "release_checks", "release_returns", "cache_bounds"),
+    "KVCacheManager": ("manager_validation", "initial_state", "second_prefill", "allocation_report", "release_checks", "release_returns", "cache_bounds"),
     "paged_attention": ("attention_heads",),
 }
 

@@ -64,6 +64,8 @@ class Problem:
     actual: str
     asserts: list[tuple[str, ...]]
     kind: str = "wrong"  # "error" when the read raised
+    rows_right: bool = False  # a tensor of seq_len rows: truncation held, whatever the values
+    tail: bool = False  # the read had a partly used last block
 
 
 def pool_values(ex: Example, table: list[int], seq_len: int, write: int) -> np.ndarray:
@@ -128,6 +130,7 @@ def run_example(ctx: ItemContext, ex: Example, script: Script, count: bool = Tru
             script.add("out = m.get_physical_cache(r)")
             problem = _read(ctx, made.value, req.value, ex, table, seq_len, write, reads)
             if problem is not None:
+                problem.tail = bool(seq_len % ex.block_size)
                 return problem
             if count:
                 if len(table) > 1 and table != sorted(table):
@@ -155,6 +158,9 @@ def _read(ctx: ItemContext, manager: int, request: int, ex: Example, table: list
         error = reply.error or {}
         if error.get("not_implemented") and ctx.nothing_yet():
             raise student_error(ctx, reply, "m.get_physical_cache(r)", LABEL)
+        if error.get("rejected_return"):  # a value the worker would not send: an answer, not a crash
+            message = str(error.get("message"))[:300]
+            return Problem(index, f"get_physical_cache 的返回值不符合要求：{message}", f"get_physical_cache returned a value the contract does not allow: {message}", "a tensor of shape [seq_len, head_dim]", message, [])
         what = f"{error.get('type')}: {str(error.get('message'))[:300]}"
         return Problem(index, f"get_physical_cache 意外抛出 {what}", f"get_physical_cache raised {what}", "a tensor", what, [], "error")
     pool = pool_values(ex, table, seq_len, write)
@@ -186,6 +192,7 @@ def _read(ctx: ItemContext, manager: int, request: int, ex: Example, table: list
         str(want[bad].tolist()),
         str(got),
         [shape_check, ("torch.equal(out.float(), expected())", f"row {bad} should be block {block} slot {slot}: expected {{expected()[{bad}].tolist()}}, got {{out[{bad}].tolist()}}", f"第 {bad} 行应来自块 {block} 槽 {slot}：期望 {{expected()[{bad}].tolist()}}，实际 {{out[{bad}].tolist()}}")],
+        rows_right=True,
     )
 
 
@@ -237,6 +244,14 @@ def check_example(ctx: ItemContext, ex: Example) -> None:
                 except CheckFailure:
                     needs_tail = False
     owner = TRUNCATE if needs_tail else ORDER
+    if owner == ORDER and problem.tail:
+        if problem.rows_right:
+            ctx.count(TRUNCATE)  # seq_len rows: the truncation held; the values are table order's
+        else:
+            witness = script.copy()
+            for check in problem.asserts:
+                witness.expect(*check)
+            ctx.missed(TRUNCATE, witness)
     if not ctx.focused(owner):
         ctx.record(owner, problem.zh, problem.en)
         return

@@ -1,4 +1,4 @@
-# hostile: paged_attention returns a 2**40-element expanded tensor, get_physical_cache a real 64 MiB one; expect the todo4 and todo5 items to fail (error), todo1-3 to pass, and the judge's memory not to grow
+# hostile: paged_attention returns a 2**40-element expanded tensor, get_physical_cache a real 64 MiB one; expect the todo4 and todo5 items to fail (the worker will not send such a tensor: wrong), todo1-3 to pass, and the judge's memory not to grow
 import math
 
 import torch
