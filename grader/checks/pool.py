@@ -189,14 +189,14 @@ class Pool:
         picture = {"kind": "pool", "num_blocks": self.num_blocks, "step": o.step, "before": o.before.picture(), "after": o.after.picture(), "highlight": sorted(set(highlight))}
         raise self.ctx.fail("wrong", zh, en, expected=expected, actual=actual, picture=picture)
 
-    def _missed(self, key: str, o: Outcome, asserts: list[Assert]) -> None:
+    def _missed(self, key: str, o: Outcome, asserts: list[Assert], call: list[Line] | None = None) -> None:
         """A case where `key`'s property should have been exercised and was not: kept as its witness."""
         if key in self.ctx.witness:
             return
         witness = self.script.copy()
         del witness.lines[o.start:]
         witness.add(o.capture)
-        witness.add(o.step)
+        witness.lines += call or [Line(o.step)]
         for check in asserts:
             witness.expect(*check)
         self.ctx.missed(key, witness)
@@ -469,6 +469,7 @@ class Pool:
             # block it should have) and the OOM property (no OOM when blocks are there).
             for prop in (props["count"], props["oom"]):
                 self._violation(prop, o, [], f"不应报 OOM（{where_zh}）", f"spurious OOM ({where})", expected="success", actual=f"{error.get('type')}: {message}", highlight=[], call=call)
+            self._missed(props["own"], o, [], call)  # nothing taken, so nothing to check ownership on
             return
         if not self.ctx.focused(props["count"]):
             for prop in (props["own"], props["oom"]):  # the call itself raises: nothing else could be checked
