@@ -20,7 +20,7 @@ CORPUS = ROOT / "tests" / "corpus"
 SOLUTION_NB = ROOT / "notebooks" / "paged_attention_solution.ipynb"
 STUDENT_NB = ROOT / "notebooks" / "paged_attention_student.ipynb"
 
-_GRADED: dict[Path, GradeResult] = {}
+_GRADED: dict[tuple[Path, str], GradeResult] = {}
 
 
 @pytest.fixture(scope="session")
@@ -28,23 +28,25 @@ def config() -> Config:
     return load_config()
 
 
-def graded(path: Path) -> GradeResult:
-    """Grade once per test session; several tests read the same result."""
-    if path not in _GRADED:
-        _GRADED[path] = grade_path(path, load_config(), "cpu")
-    return _GRADED[path]
+def graded(path: Path, config: Config | None = None) -> GradeResult:
+    """Grade once per test session and configuration; several tests read the same result."""
+    config = config or load_config()
+    if (path, config.digest) not in _GRADED:
+        _GRADED[path, config.digest] = grade_path(path, config, "cpu")
+    return _GRADED[path, config.digest]
 
 
-def _grade_one(path: Path) -> tuple[Path, GradeResult]:
-    return path, grade_path(path, load_config(), "cpu")
+def _grade_one(job: tuple[Path, Config]) -> tuple[Path, GradeResult]:
+    return job[0], grade_path(job[0], job[1], "cpu")
 
 
-def grade_all(paths: Iterable[Path]) -> None:
-    """Grade many submissions at once, one per core, into the cache `graded` reads.
+def grade_all(paths: Iterable[Path], config: Config | None = None, processes: int | None = None) -> None:
+    """Grade many submissions at once, one per core (or `processes`), into the cache `graded` reads.
 
     Forked from this process (the checks already imported), as a class batch grades.
     """
-    todo = [p for p in dict.fromkeys(paths) if p not in _GRADED]
+    config = config or load_config()
+    todo = [p for p in dict.fromkeys(paths) if (p, config.digest) not in _GRADED]
     if len(todo) < 2:
         return
     # Workers forked from one warm template, as grade-batch's are (tests/test_warm_batch.py
@@ -56,9 +58,9 @@ def grade_all(paths: Iterable[Path]) -> None:
     except OSError:
         template = None
     try:
-        with multiprocessing.get_context("fork").Pool(max(1, min(len(todo), os.cpu_count() or 1))) as pool:
-            for path, result in pool.imap_unordered(_grade_one, todo):
-                _GRADED[path] = result
+        with multiprocessing.get_context("fork").Pool(max(1, min(len(todo), processes or os.cpu_count() or 1))) as pool:
+            for path, result in pool.imap_unordered(_grade_one, [(p, config) for p in todo]):
+                _GRADED[path, config.digest] = result
     finally:
         if template is not None:
             warm.use(None)

@@ -51,7 +51,7 @@ def _worst_ratio(module: ModuleType, strategy, which_seed: int) -> float:
     worst = [0.0]
 
     @seed(which_seed)
-    @settings(max_examples=30, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=15, database=None, deadline=None, suppress_health_check=list(HealthCheck))
     @given(strategy)
     def run(case: Case) -> None:
         inputs = make_inputs(case)
