@@ -59,6 +59,8 @@ PREFILL_CORNERS: tuple[Program, ...] = (
     # the free list in another order (any order is legal): an OOM must leave it exactly so
     (("pool", 6, 2, 1), ("new", 2, 0), ("prefill", 0), ("permute", (3, 0, 4, 1, 2)), ("new", 11, 1), ("prefill", 1),
      ("new", 4, 2), ("prefill", 2), ("permute", (2, 1, 0)), ("new", 7, 3), ("prefill", 3)),
+    # a block size in the thousands: one token over a block still needs one more
+    (("pool", 3, 1000, 1), ("new", 1001, 0), ("prefill", 0), ("new", 1000, 1), ("prefill", 1)),
     # block sizes 5 and 7 over bigger pools
     (("pool", 9, 5, 1), ("new", 11, 5), ("prefill", 0), ("new", 25, 9), ("prefill", 1), ("new", 10, 3), ("prefill", 2), ("new", 5, 4), ("prefill", 3)),
     (("pool", 3, 7, 1), ("new", 14, 0), ("prefill", 0), ("new", 8, 1), ("prefill", 1), ("new", 7, 1), ("prefill", 2)),
@@ -71,6 +73,8 @@ DECODE_CORNERS: tuple[Program, ...] = (
     (("pool", 2, 4, 1), *_placed((4, 0, (0,))), *(("decode", 0),) * 5),
     # two requests, block size 3; OOM for one; release of the other lets it grow
     (("pool", 3, 3, 1), *_placed((2, 0, (2,)), (3, 1, (0,))), ("decode", 0), ("decode", 0), ("decode", 1), ("release", 0), ("decode", 1)),
+    # a block size in the thousands: the decode past the block's last slot takes one more
+    (("pool", 2, 1000, 1), *_placed((999, 0, (1,))), ("decode", 0), ("decode", 0), ("decode", 0)),
     # a full pool: decodes that need no block succeed, the one that needs a block is an OOM
     (("pool", 1, 4, 1), *_placed((2, 0, (0,))), ("decode", 0), ("decode", 0), ("decode", 0)),
     # a request id used again after release
@@ -116,7 +120,9 @@ def _ints(low: int, high: int) -> st.SearchStrategy[int]:
     return st.integers(low, high)
 
 
-BLOCK_SIZES = st.one_of(st.sampled_from([1, 2, 3, 4, 5, 7, 8, 16]), st.integers(1, 40))
+# Small sizes most often; large ones too, where a fraction like 1/1000 of a block decides
+# whether one more block is needed (int(x + 0.99) is not a ceiling there).
+BLOCK_SIZES = st.one_of(st.sampled_from([1, 2, 3, 4, 5, 7, 8, 16]), st.integers(1, 40), st.sampled_from([256, 1000]), st.integers(41, 4096))
 
 
 def draw_length(data: st.DataObject, block_size: int, blocks: int) -> int:

@@ -36,6 +36,7 @@ class Case:
     head_dim: int = 8
     num_kv_heads: int = 1
     group: int = 1  # query heads per KV head
+    member: int = 0  # which of the 8 drawn query heads per KV head come first (GQA's ablation keeps one)
     dtype: str = "float32"
     shuffle: int = 0  # 0: blocks in physical order; else the seed of a permutation
     padding: int = 0  # table columns beyond what the longest sequence needs
@@ -134,7 +135,7 @@ def make_inputs(case: Case) -> dict[str, Array]:
     num_seqs = len(case.seq_lens)
     # Values belong to logical positions, not to where the table puts them, so that a case and
     # its ablations (GQA off, paging off, float32) attend over the same numbers.
-    query = fill((num_seqs, case.num_kv_heads, MAX_GROUP, case.head_dim), case.salt)[:, :, : case.group]
+    query = fill((num_seqs, case.num_kv_heads, MAX_GROUP, case.head_dim), case.salt)[:, :, case.member : case.member + case.group]
     query = query.reshape(num_seqs, case.num_heads, case.head_dim) * np.float32(case.boost)
     key_cache, value_cache = fill(kv_shape, case.salt + 1)[case.holds], fill(kv_shape, case.salt + 2)[case.holds]
     if case.poison:
@@ -173,7 +174,7 @@ def setup_lines(case: Case) -> list[Commented]:
     boost = f" * {case.boost:g}" if case.boost != 1.0 else ""
     where = "" if not case.shuffle else f"[{case.holds}]"
     lines: list[Commented] = [
-        (f"query = (fill({(n, case.num_kv_heads, MAX_GROUP, case.head_dim)}, {case.salt})[:, :, :{case.group}].reshape({n}, {case.num_heads}, {case.head_dim}){boost}).to({dt})", "", ""),
+        (f"query = (fill({(n, case.num_kv_heads, MAX_GROUP, case.head_dim)}, {case.salt})[:, :, {case.member or ''}:{case.member + case.group}].reshape({n}, {case.num_heads}, {case.head_dim}){boost}).to({dt})", "", ""),
         (f"keys, values = fill({kv}, {case.salt + 1}), fill({kv}, {case.salt + 2})", "logical order: sequence 0's blocks, then sequence 1's, ...", "逻辑顺序：先是序列 0 的块，再是序列 1 的，……"),
         (f"key_cache, value_cache = keys{where}.to({dt}), values{where}.to({dt})", *(("the blocks in shuffled physical order", "块按打乱的物理顺序存放") if where else ("", ""))),
     ]
@@ -266,7 +267,7 @@ def cases(draw: st.DrawFn, force: str | None = None, device: str = "cpu") -> Cas
         scale = draw(st.sampled_from([0.05, 0.3, 1.0, 2.0, round(1 / math.sqrt(head_dim), 6)]), label="scale")
         # Logits in the hundreds test the softmax's stability in float32; in float16 they are
         # beyond what the dtype itself can hold, for any correct computation in it.
-        boosts = [1.0, 30.0, 100.0] if case.dtype == "float32" else [1.0]
+        boosts = [1.0, 30.0, 100.0, -100.0] if case.dtype == "float32" else [1.0]
         case = replace(case, scale=scale, scale_style=style, boost=draw(st.sampled_from(boosts), label="boost"))
     return case
 
