@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from grader.checks import allocation, ledger, reconstruct
 from grader.checks.attention import corners as attention_corners
-from grader.checks.attention_cases import GQA, LOW_PRECISION, PAGING, SCALE
+from grader.checks.attention_cases import GQA, LOW_PRECISION, PAGING, SCALE, Case, make_inputs
 
 ATTENTION_ITEMS = ("todo5.mha_fp32", "todo5.gqa", "todo5.paging", "todo5.scale_and_stability", "todo5.low_precision", "todo5.inputs_unchanged")
 
@@ -48,6 +49,8 @@ def simulate(program: allocation.Program) -> set[str]:
                     seen.add("prefill OOM on a free list out of order")
                 continue
             seen.add("prefill exactly enough" if need == len(free) else "prefill fits")
+            if block_size >= 256 and req["len"] % block_size == 1:
+                seen.add("prompt one token over a block of hundreds")
             if req["len"] % block_size == 0:
                 seen.add("prompt an exact multiple of block_size")
             if req["len"] % block_size == 1 and req["len"] > 1:
@@ -66,7 +69,7 @@ def simulate(program: allocation.Program) -> set[str]:
             if any(r["id"] == req["id"] and r is not req and r["released"] and r["decoded"] for r in requests):
                 seen.add("decode of a request whose id a released, decoded request had")
             if grows:
-                seen.add("decode opens a block" + (" with block_size 1" if block_size == 1 else ""))
+                seen.add("decode opens a block" + (" with block_size 1" if block_size == 1 else " of hundreds of slots" if block_size >= 256 else ""))
                 req["table"].append(free.pop(0))
             else:
                 seen.add("decode within a block")
@@ -90,7 +93,8 @@ def _all(programs: tuple[allocation.Program, ...]) -> set[str]:
     "corner",
     ["block_size 1", "block_size not a power of two", "prefill OOM with blocks still free", "prefill OOM on an empty pool", "prefill exactly enough",
      "prompt an exact multiple of block_size", "prompt just over a block", "non-contiguous free list", "request id used again after release",
-     "a released request prefilled again", "several requests hold blocks", "prefill OOM on a free list out of order"],
+     "a released request prefilled again", "several requests hold blocks", "prefill OOM on a free list out of order",
+     "prompt one token over a block of hundreds"],
 )
 def test_prefill_corners(corner: str) -> None:
     assert corner in _all(allocation.PREFILL_CORNERS)
@@ -98,7 +102,7 @@ def test_prefill_corners(corner: str) -> None:
 
 @pytest.mark.parametrize(
     "corner",
-    ["block_size 1", "block_size not a power of two", "decode opens a block", "decode opens a block with block_size 1", "decode within a block",
+    ["block_size 1", "block_size not a power of two", "decode opens a block", "decode opens a block with block_size 1", "decode opens a block of hundreds of slots", "decode within a block",
      "decode OOM", "decode on a full pool that needs no block", "request id used again after release", "several requests hold blocks",
      "decode of a request whose id a released, decoded request had"],
 )
@@ -148,8 +152,25 @@ def test_attention_corners(item_id: str) -> None:
     if item_id == "todo5.scale_and_stability":
         assert {c.scale_style for c in calls} >= {"keyword", "positional"} and any(c.boost >= 100 for c in calls)
         assert any(len(h) > 1 and h[0].scale_style != h[1].scale_style for h in histories), "scale passed, then left to its default"
+    if item_id == "todo5.scale_and_stability":
+        assert any(_lowest_max_logit(c) < -110 for c in calls), "a head whose logits are all very negative (exp underflows without the max)"
     if item_id == "todo5.gqa":
         assert {c.group for c in calls} >= {2, 3, 4, 8}
     if item_id == "todo5.inputs_unchanged":
         assert any(c.scale_style == "default" for c in calls) and any(c.scale_style != "default" for c in calls)
         assert {c.dtype for c in calls} >= {"float32", "float16", "bfloat16"}
+
+
+def _lowest_max_logit(case: Case) -> float:
+    """The smallest, over sequences and heads, of a head's largest logit in `case`."""
+    values = {name: array.values() for name, array in make_inputs(case).items()}
+    query, keys = values["query"], values["key_cache"]
+    scale = 1 / math.sqrt(case.head_dim) if case.scale is None else case.scale
+    lowest = math.inf
+    for i, n in enumerate(case.seq_lens):
+        positions = np.arange(n)
+        k = keys[values["block_tables"][i, positions // case.block_size], positions % case.block_size]  # [n, kv, d]
+        for h in range(case.num_heads):
+            logits = scale * (k[:, h // case.group] @ query[i, h])
+            lowest = min(lowest, float(logits.max()))
+    return lowest
