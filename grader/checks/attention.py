@@ -219,11 +219,15 @@ def owners(ctx: ItemContext, history: list[Case], index: int, out: np.ndarray | 
     case = history[index]
     if ctx.focus == CUDA:
         return {CUDA}, set()
+    # In a survey, an item that already failed needs no more evidence: its own run finds the
+    # failure again.  (Ablations are fresh processes; they are most of a failing TODO 5's cost.)
+    candidates = [ctx.focus] if ctx.focus is not None else [i for i in (BASE, *FEATURE_OF) if i not in ctx.recorded]
+    if not candidates:
+        return set(), set()
     if (index or ctx.history) and _ablated(ctx, [case], 0, case).verdict is None:
         # Right when called alone in a fresh process: state kept from an earlier call (of this
         # example, or of an earlier one in the same process), which is the base item's.
         return ({BASE} if ctx.focus in (None, BASE) else set()), set()
-    candidates = [ctx.focus] if ctx.focus is not None else [BASE, *FEATURE_OF]
     found, exercised = set(), set()
     for item in candidates:
         if item == BASE:

@@ -229,15 +229,25 @@ def attack(kind, count, target_mb):
                 elif line:
                     held[pipe] = int(line)
     # Every child now holds all it got and waits, or is dead: what the living hold, they hold at once.
-    alive = [pipe for pid, pipe in children if pipe in done and os.waitpid(pid, os.WNOHANG) == (0, 0)]
+    alive = [pipe for pid, pipe in children if pipe in done and _running(pid)]
     at_once = sum(held[pipe] for pipe in alive) if len(children) > 1 else max(held.values())
     os.close(release_w)
     killed = 0
     for pid, pipe in children:
-        _, status = os.waitpid(pid, 0)
-        killed += os.WIFSIGNALED(status)
+        try:
+            _, status = os.waitpid(pid, 0)
+            killed += os.WIFSIGNALED(status)
+        except ChildProcessError:  # already reaped: it was killed
+            killed += 1
         os.close(pipe)
     return at_once, killed
+
+
+def _running(pid):
+    try:
+        return os.waitpid(pid, os.WNOHANG) == (0, 0)
+    except ChildProcessError:
+        return False
 
 
 memfd_total, memfd_killed = attack("memfd", 1, 3072)
