@@ -48,6 +48,8 @@ CORNERS: tuple[tuple[dict[str, int], str], ...] = (
     ({"num_blocks": 10**6 + 3, "block_size": 4099, "num_layers": 997, "num_kv_heads": 193, "head_dim": 8191, "dtype_bytes": 8}, "keyword"),
     ({"num_blocks": 10**12 + 39, "block_size": 10**6 + 3, "num_layers": 10**4 + 7, "num_kv_heads": 10**3 + 9, "head_dim": 10**5 + 3, "dtype_bytes": 8}, "positional"),
     ({"num_blocks": 5, "block_size": 1, "num_layers": 3, "num_kv_heads": 1, "head_dim": 64, "dtype_bytes": 3}, "keyword"),
+    ({"num_blocks": 2**20, "block_size": 2**11, "num_layers": 2**7, "num_kv_heads": 2**6, "head_dim": 2**9, "dtype_bytes": 16}, "positional"),
+    ({"num_blocks": 9, "block_size": 7, "num_layers": 1, "num_kv_heads": 64, "head_dim": 3, "dtype_bytes": 2}, "keyword"),
 )
 
 
