@@ -89,7 +89,7 @@ DECODE_CORNERS: tuple[Program, ...] = (
 
 
 def run_program(ctx: ItemContext, program: Program, todo: str) -> None:
-    ctx.begin(lambda: run_program(ctx, program, todo))
+    ctx.begin(lambda c: run_program(c, program, todo))
     pool: Pool | None = None
     for op, *args in program:
         if op == "pool":
@@ -162,7 +162,7 @@ def make_machine(ctx: ItemContext, todo: str) -> type[RuleBasedStateMachine]:
         def __init__(self) -> None:
             super().__init__()
             self.pool: Pool | None = None
-            ctx.begin(lambda: run_program(ctx, tuple(self.pool.program) if self.pool else (), todo))
+            ctx.begin(lambda c: run_program(c, tuple(self.pool.program) if self.pool else (), todo))  # the program as it is at replay
 
         @initialize(num_blocks=st.integers(1, 12), block_size=BLOCK_SIZES, head_dim=st.sampled_from([1, 2, 3]))
         def create(self, num_blocks: int, block_size: int, head_dim: int) -> None:

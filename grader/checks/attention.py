@@ -267,7 +267,7 @@ def _first_failing_member(case: Case, out: np.ndarray | None) -> int:
 
 
 def check_history(ctx: ItemContext, history: list[Case]) -> None:
-    script = ctx.begin(lambda: check_history(ctx, history))
+    script = ctx.begin(lambda c: check_history(c, history))
     for code, en, zh in preamble(dense=True):
         script.add(code, en, zh)
     first = ""
@@ -281,7 +281,7 @@ def check_history(ctx: ItemContext, history: list[Case]) -> None:
         verdict = called.verdict
         if verdict is not None:
             found, exercised = owners(ctx, history, index, called.out)
-            if ctx.focus in found and index == 0 and ctx.history:
+            if ctx.focus in found and index == 0 and ctx.history and _ablated(ctx, [case], 0, case).verdict is None:
                 _fail_after_one_earlier_call(ctx, case)  # state from an earlier example: show it in two calls
             if ctx.focus in found:
                 if any("expected" in check[0] for check in verdict.asserts):
@@ -341,7 +341,8 @@ def _fail_after_one_earlier_call(ctx: ItemContext, case: Case) -> None:
     enough, and fail as the two-call example [that call, this one] (a short reproduction).
     Returns when none is (the failure is then shown with the examples it needs)."""
     for earlier in list(reversed(ctx.session_log[:-1]))[:40]:
-        if _ablated(ctx, [earlier, case], 1, case).verdict is not None:
+        # [earlier, case] must fail at its second call only, or it would show another failure
+        if _ablated(ctx, [earlier, case], 1, case).verdict is not None and _ablated(ctx, [earlier], 0, earlier).verdict is None:
             ctx.close()
             check_history(ctx, [earlier, case])  # raises, with its own script and replay
             return

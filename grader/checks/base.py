@@ -23,6 +23,8 @@ from grader.sandbox.client import Sandbox
 from grader.sandbox.protocol import Reply, WorkerLost
 from grader.sandbox.session import Session
 
+# An example run again in a context (a survey's example is confirmed in its item's focus).
+Replay = Callable[["ItemContext"], None]
 
 class CheckFailure(AssertionError):
     """The submission did something the contract forbids.
@@ -31,7 +33,7 @@ class CheckFailure(AssertionError):
     the same process (`history`), so that the item can confirm it from a fresh process.
     """
 
-    def __init__(self, failure: Failure, replay: Callable[[], None] | None = None, history: Sequence[Callable[[], None]] = ()):
+    def __init__(self, failure: Failure, replay: Replay | None = None, history: Sequence[Replay] = ()):
         super().__init__(failure.message.en)
         self.failure = failure
         self.replay = replay
@@ -116,13 +118,13 @@ class ItemContext:
         self.witness: dict[str, Script] = {}  # per Need key: a case where the property should have been seen
         self.last_failure: Failure | None = None
         self.last_error: CheckFailure | None = None
-        self._replay: Callable[[], None] | None = None  # how to run the current example again
-        self.history: list[Callable[[], None]] = []  # earlier examples in the current session
+        self._replay: Replay | None = None  # how to run the current example again, in a given context
+        self.history: list[Replay] = []  # earlier examples in the current session
         self.session_scripts: list[Script] = []  # and what they wrote
         self.session_log: list[Any] = []  # what a check wants to remember of the session's calls
 
     # -- sessions ----------------------------------------------------------------------
-    def begin(self, replay: Callable[[], None] | None) -> Script:
+    def begin(self, replay: Replay | None) -> Script:
         """Start an example in the current session (a forked child, shared by the item's examples).
 
         Examples share a process because a fork per example costs more than all the checks;

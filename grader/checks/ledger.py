@@ -78,7 +78,7 @@ FIELDS_OF = {"todo1.per_token": ("kv_bytes_per_token",), "todo1.per_block_and_to
 
 def check_case(ctx: ItemContext, d: dict[str, int], style: str) -> None:
     """One call; each field is checked for the item it belongs to (every item in a survey)."""
-    script = ctx.begin(lambda: check_case(ctx, d, style))
+    script = ctx.begin(lambda c: check_case(c, d, style))
     comment = ("dtype_bytes left to its default, 2", "dtype_bytes 使用默认值 2") if style == "default_dtype" else ("", "")
     script.add(call_text(d, style), *comment)
     reply = ctx.call("ledger", **call_fields(d, style))

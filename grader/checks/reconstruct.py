@@ -224,7 +224,7 @@ def _describe(values: list[float] | str, lang: str) -> str:
 
 
 def check_example(ctx: ItemContext, ex: Example) -> None:
-    script = ctx.begin(lambda: check_example(ctx, ex))
+    script = ctx.begin(lambda c: check_example(c, ex))
     for code, en, zh in set_up_lines(ex):
         script.add(code, en, zh)
     problem = run_example(ctx, ex, script)

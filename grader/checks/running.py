@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 from hypothesis.errors import Unsatisfiable
 
-from grader.checks.base import Abort, CheckFailure, Inconclusive, ItemContext, Need, Survey
+from grader.checks.base import Abort, CheckFailure, Inconclusive, ItemContext, Need, Replay, Survey
 from grader.checks.script import Script
 from grader.results import Failure, Text
 from grader.sandbox.protocol import BudgetExceeded
@@ -116,7 +116,7 @@ def confirm(ctx: ItemContext, error: CheckFailure) -> Failure:
     """
     if error.replay is None:
         return error.failure
-    attempts: list[list[Callable[[], None]]] = [[]]
+    attempts: list[list[Replay]] = [[]]
     if error.history:
         attempts += [error.history[-1:], error.history[-4:]]
     for earlier in attempts:
@@ -124,10 +124,10 @@ def confirm(ctx: ItemContext, error: CheckFailure) -> Failure:
         try:
             for run in earlier:
                 try:
-                    run()
+                    run(ctx)
                 except (CheckFailure, Inconclusive):
                     pass
-            error.replay()
+            error.replay(ctx)  # in this context: a survey's example replays in focus here
         except CheckFailure as again:
             if not earlier:
                 return again.failure
