@@ -30,6 +30,7 @@ def test_reproductions_fail_on_the_submission_and_pass_on_the_reference() -> Non
     missing: list[str] = []
     paths = [*BUGGY, *(p for p in GAMING if not p.stem.startswith("slow_"))]
     grade_all(paths)
+    may_be_silent = {p.stem for p in paths if p in GAMING or "\n# repro: " in "\n".join(p.read_text(encoding="utf-8").splitlines()[:5])}
     for path in paths:
         result = graded(path)
         submission = "\n\n".join(c.source for c in load_submission(path, 1 << 24).cells)
@@ -48,7 +49,10 @@ def test_reproductions_fail_on_the_submission_and_pass_on_the_reference() -> Non
     scripts = [f"{submission}\n\n{repro}\n" for _, submission, repro in cases] + [f"{REFERENCE}\n\n{repro}\n" for *_, repro in cases]
     outcomes = run_scripts(scripts)
     on_submission, on_reference = outcomes[: len(cases)], outcomes[len(cases) :]
-    silent = [label for (label, *_), (code, _) in zip(cases, on_submission, strict=True) if code == 0]
+    # Gaming submissions may lie to the asserts, spot the grader or keep state between calls, and
+    # a buggy one may declare that its mistake needs what earlier calls left in the process: for
+    # those, a reproduction must exist and run clean on the reference, and may be silent.
+    silent = [label for (label, *_), (code, _) in zip(cases, on_submission, strict=True) if code == 0 and label.split()[0] not in may_be_silent]
     noisy = [(label, line) for (label, *_), (code, line) in zip(cases, on_reference, strict=True) if code != 0]
     assert not silent, f"these reproductions run clean on the submission they came from: {silent}"
     assert not noisy, f"these reproductions fail on the reference solution: {noisy}"

@@ -1,5 +1,6 @@
 # corpus: expect-fail todo5
 # mistake: remembers the scale of the first call in a module global and keeps using it in later calls
+# repro: the mistake depends on what earlier calls left in the process (memory addresses, a first call): a reproduction pasted into a fresh interpreter may not show it
 """PagedAttention exercise (solution)."""
 
 import math

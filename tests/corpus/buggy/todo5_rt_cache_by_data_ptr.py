@@ -1,5 +1,6 @@
 # corpus: expect-fail todo5
 # mistake: Memoises the output keyed by the inputs' data_ptr() and shapes, so a later call that reuses the same storage with new contents gets the old answer.
+# repro: the mistake depends on what earlier calls left in the process (memory addresses, a first call): a reproduction pasted into a fresh interpreter may not show it
 """PagedAttention exercise."""
 
 import math
