@@ -89,6 +89,9 @@ class Template:
             raise
         assert self.process.stderr is not None
         self.process.stderr.close()  # its children write to their gradings' pipes; it has nothing more to say
+        # Its HOME and TMPDIR served the import only (each worker gets its grading's): gone now,
+        # so that a batch killed outright leaves no folder behind.
+        shutil.rmtree(self.home, ignore_errors=True)
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Stop taking requests; the template ends once no process holds the other end."""
