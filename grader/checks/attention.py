@@ -103,9 +103,13 @@ def call(ctx: ItemContext, case: Case) -> Called:
         out = None
     if out is not None and list(out.shape) != list(inputs["query"].shape):
         out = None
-    raw = (value.get("output") or {}).get("data")
-    received = hashlib.sha256(base64.b64decode(raw)).hexdigest() if isinstance(raw, str) else ""
-    return Called(judge(case, inputs, value), changed, out, received)
+    return Called(judge(case, inputs, value), changed, out, _payload_digest(value.get("output")) or "")
+
+
+def _payload_digest(payload: object) -> str | None:
+    """The digest of a tensor's bytes as the worker sent them (taken here, never by the worker)."""
+    raw = payload.get("data") if isinstance(payload, dict) else None
+    return hashlib.sha256(base64.b64decode(raw)).hexdigest() if isinstance(raw, str) else None
 
 
 def judge(case: Case, inputs: dict[str, Array], value: dict) -> Verdict | None:
@@ -207,9 +211,9 @@ def _consistent(case: Case, feature: str, out: np.ndarray | None, ablated: Calle
     return out.shape == ablated.out.shape and float(np.abs(out - ablated.out).max()) <= 4 * TOLERANCE_FLOOR[case.dtype]
 
 
-def owners(ctx: ItemContext, history: list[Case], index: int, out: np.ndarray | None = None) -> tuple[set[str], set[str]]:
+def owners(ctx: ItemContext, history: list[Case], index: int, out: np.ndarray | None = None) -> tuple[set[str], set[str], bool]:
     """The items a failing call belongs to, by ablation (only the focus item's, when there is one),
-    and the feature items it still exercised.
+    the feature items it still exercised, and whether it failed only for state kept from earlier calls.
 
     A feature's item owns the failure when the same call without that feature passes; the base
     item owns what still fails with every feature off; the CUDA item owns whatever fails on
@@ -223,11 +227,11 @@ def owners(ctx: ItemContext, history: list[Case], index: int, out: np.ndarray | 
     # failure again.  (Ablations are fresh processes; they are most of a failing TODO 5's cost.)
     candidates = [ctx.focus] if ctx.focus is not None else [i for i in (BASE, *FEATURE_OF) if i not in ctx.recorded]
     if not candidates:
-        return set(), set()
+        return set(), set(), False
     if (index or ctx.history) and _ablated(ctx, [case], 0, case).verdict is None:
         # Right when called alone in a fresh process: state kept from an earlier call (of this
         # example, or of an earlier one in the same process), which is the base item's.
-        return ({BASE} if ctx.focus in (None, BASE) else set()), set()
+        return ({BASE} if ctx.focus in (None, BASE) else set()), set(), True
     found, exercised = set(), set()
     for item in candidates:
         if item == BASE:
@@ -249,7 +253,7 @@ def owners(ctx: ItemContext, history: list[Case], index: int, out: np.ndarray | 
                     exercised.add(item)
             elif _consistent(case, feature, out, ablated, without.member):
                 exercised.add(item)
-    return found, exercised
+    return found, exercised, False
 
 
 def _first_failing_member(case: Case, out: np.ndarray | None) -> int:
@@ -280,8 +284,8 @@ def check_history(ctx: ItemContext, history: list[Case]) -> None:
             _record_mutation(ctx, script, called.changed)
         verdict = called.verdict
         if verdict is not None:
-            found, exercised = owners(ctx, history, index, called.out)
-            if ctx.focus in found and index == 0 and ctx.history and _ablated(ctx, [case], 0, case).verdict is None:
+            found, exercised, state_kept = owners(ctx, history, index, called.out)
+            if ctx.focus in found and index == 0 and ctx.history and state_kept:
                 _fail_after_one_earlier_call(ctx, case)  # state from an earlier example: show it in two calls
             if ctx.focus in found:
                 if any("expected" in check[0] for check in verdict.asserts):
@@ -320,9 +324,7 @@ def check_history(ctx: ItemContext, history: list[Case]) -> None:
 
 def _first_output_now(ctx: ItemContext) -> str | None:
     """The digest of the example's first output as it is now, taken here from its bytes."""
-    value = ctx.call("first_output").value
-    raw = value.get("data") if isinstance(value, dict) else None
-    return hashlib.sha256(base64.b64decode(raw)).hexdigest() if isinstance(raw, str) else None
+    return _payload_digest(ctx.call("first_output").value)
 
 
 def _first_output_changed(ctx: ItemContext, script: Script) -> None:
