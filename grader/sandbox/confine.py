@@ -1,4 +1,5 @@
-"""Confinement of the worker: resource limits, Landlock, capabilities and the devices left.
+"""Confinement of the worker: resource limits, Landlock, capabilities, the devices left, and
+last a session keyring of its own and the seccomp filter (seccomp.py).
 
 Part of the worker (worker.py loads it by path); standard library only.  Applied before
 any cell runs (confine), and again in each session child (scope_session).
@@ -26,6 +27,7 @@ import sys
 
 # Loaded by worker.py before this module, by path (in the worker the sandbox is no package).
 from _pa_sandbox_wire import _safe_str  # noqa: I001
+import _pa_sandbox_seccomp as seccomp  # noqa: I001
 
 
 BLOCKED_TOP_LEVEL = ("reference", "student_template", "grader", "notebooks")
@@ -327,6 +329,21 @@ def confine(load, facts=None):
         except OSError as error:
             report["error"] = _safe_str(error)[:300]
     report["namespaces"] = list(facts.get("namespaces", ()))
+    report["proc"] = bool(facts.get("proc"))
+    report["proc_masked"] = len(facts.get("proc_masked", ()))
+    report["sys"] = facts.get("sys", "host")
+    report["disk"] = facts.get("disk")
+    report["view_errors"] = [_safe_str(e)[:300] for e in facts.get("view_errors", ())][:5]
     report["devices"] = _devices(facts.get("dev", False), report["landlock"], list(DEVICE_FILES) + devices)
     report["capabilities_dropped"] = drop_capabilities()
+    # Last, once nothing of ours needs a call it denies: a keyring of its own, then the filter.
+    report["keyring"] = bool(seccomp.fresh_session_keyring())
+    report["seccomp"] = 0
+    if load.get("seccomp") is False:  # switched off by the instructor (PA_GRADER_SECCOMP=0)
+        report["seccomp_error"] = "switched off"
+    else:
+        try:
+            report["seccomp"] = seccomp.install()
+        except (OSError, ValueError) as error:
+            report["seccomp_error"] = _safe_str(error)[:300]
     return report

@@ -79,6 +79,7 @@ def _sandbox_module(name):
 
 # The worker's other rooms, loaded by path once (a warm template already has them).
 wire = _sandbox_module("wire")
+_sandbox_module("seccomp")  # confine.py's
 confinement = _sandbox_module("confine")
 operations = _sandbox_module("operations")
 BLOCKED_TOP_LEVEL = confinement.BLOCKED_TOP_LEVEL
