@@ -33,6 +33,9 @@ class Limits:
     pids: int = 128  # processes and threads of the whole submission
     open_files: int = 256  # descriptors per process
     file_mb: int = 64  # largest file the submission may write (also each tmpfs the sandbox mounts)
+    disk_mb: int = 512  # all the submission may write in its directory together (a tmpfs)
+    inodes: int = 10000  # files and folders it may make there
+    wall_backstop: float = 3.0  # each CPU-time limit, times this, is also a limit in wall-clock time
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@ what should happen, and raises CheckFailure when the two disagree.  How an item 
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -20,6 +19,7 @@ from grader.checks.script import Script
 from grader.config import Config
 from grader.results import Failure, Text
 from grader.sandbox.client import Sandbox
+from grader.sandbox.clock import Budget
 from grader.sandbox.protocol import Reply, WorkerLost
 from grader.sandbox.session import Session
 
@@ -106,9 +106,9 @@ class ItemContext:
         self.item_id = item_id  # in a survey, the TODO ("todo2")
         self.focus = None if survey else item_id  # the property whose violation fails the run
         self.submission_deadline = submission_deadline
-        self.deadline = time.monotonic() + (budget_s or config.limits.item_budget_s)
-        if submission_deadline is not None:
-            self.deadline = min(self.deadline, submission_deadline)
+        # CPU seconds of this item's judge thread and sessions, with a wall-clock backstop
+        # (grader/sandbox/clock.py); read it through elapsed() and remaining().
+        self.budget = Budget(budget_s or config.limits.item_budget_s, wall_backstop=config.limits.wall_backstop, wall_deadline=submission_deadline)
         self.recorded: dict[str, CheckFailure] = {}
         self.grading = grading or Grading()
         self._session: Session | None = None
@@ -122,6 +122,20 @@ class ItemContext:
         self.history: list[Replay] = []  # earlier examples in the current session
         self.session_scripts: list[Script] = []  # and what they wrote
         self.session_log: list[Any] = []  # what a check wants to remember of the session's calls
+
+    # -- time ----------------------------------------------------------------------------
+    def elapsed(self) -> float:
+        """What the item has used of its time budget: CPU seconds of its judge thread and sessions."""
+        return self.budget.spent()
+
+    def remaining(self) -> float:
+        """What is left of it (CPU seconds, never more than its wall-clock backstop leaves)."""
+        return self.budget.remaining()
+
+    @property
+    def deadline(self) -> float:
+        """The wall-clock moment (time.monotonic()) the item ends at the latest."""
+        return self.budget.wall_deadline
 
     # -- sessions ----------------------------------------------------------------------
     def begin(self, replay: Replay | None) -> Script:
@@ -142,7 +156,7 @@ class ItemContext:
     def session(self) -> Session:
         if self._session is None or not self._session.alive:
             self.history, self.session_scripts, self.session_log, self._replay = [], [], [], None
-            self._session = self.sandbox.session(self.deadline)
+            self._session = self.sandbox.session(self.budget)
         return self._session
 
     def close(self) -> None:

@@ -16,7 +16,6 @@ process first (`confirm`).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 
 from hypothesis.errors import Unsatisfiable
@@ -76,7 +75,7 @@ def run_item(
     needs: Sequence[Need] = (),
 ) -> Failure | None:
     """Corner cases (all must finish), then exploration (the budget may cut it), then the needs."""
-    started = time.monotonic()
+    started = ctx.elapsed()
     done = 0
     try:
         for corner in corners:
@@ -91,7 +90,7 @@ def run_item(
     except Abort as abort:
         return abort.failure
     except BudgetExceeded:
-        seconds = time.monotonic() - started
+        seconds = ctx.elapsed() - started
         return ctx.failure(
             "too_slow",
             f"太慢：{seconds:.0f} 秒内只完成了 {done}/{len(corners)} 个边界用例（每个用例都必须完成）",

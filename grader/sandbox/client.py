@@ -50,10 +50,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from grader.config import Limits
 from grader.sandbox import cgroups, ipc, isolation, uids
+from grader.sandbox.clock import Budget
 from grader.sandbox.isolation import (
     CGROUP_SWITCH,
     LANDLOCK_SWITCH,
     NAMESPACES_SWITCH,
+    SECCOMP_SWITCH,
     USER_NAMESPACE_SWITCH,
     switched_on,
 )
@@ -176,15 +178,33 @@ class Sandbox:
             ipc.sweep(os.geteuid(), self.ipc_before, self.since)
 
     def isolation_report(self) -> dict[str, Any]:
-        """What confined the submission (GradeResult.isolation), as the worker put it in force."""
+        """What confined the submission (GradeResult.isolation), as the worker put it in force.
+
+        The worker's word is taken only for what it set up before any cell ran (its first
+        message), and only in the shapes expected.
+        """
         confined = self._confined
+        namespaces = [n for n in confined.get("namespaces", []) if isinstance(n, str)]
+        disk = confined.get("disk")
+        if not (isinstance(disk, dict) and all(type(disk.get(k)) is int for k in ("disk_mb", "inodes"))):
+            disk = None
+        if confined.get("proc") is True:
+            proc = "masked" if type(confined.get("proc_masked")) is int and confined["proc_masked"] > 0 else "own"
+        else:
+            proc = "narrowed" if self.landlock else "host"
         return isolation.report(
-            namespaces=[n for n in confined.get("namespaces", []) if isinstance(n, str)],
+            namespaces=namespaces,
             uid=self._peer_uid if self._peer_uid is not None else (self.uid.uid if self.uid is not None else None),
             cgroup=self.cgroup,
             rlimits={k: v for k, v in (confined.get("limits") or {}).items() if type(v) is int},
             landlock=self.landlock,
             devices=[d for d in confined.get("devices", []) if isinstance(d, str)][:64],
+            seccomp=confined["seccomp"] if type(confined.get("seccomp")) is int else 0,
+            keyring=confined.get("keyring") is True,
+            proc=proc,
+            sys="cpus" if confined.get("sys") == "cpus" else "host",
+            disk={"disk_mb": disk["disk_mb"], "inodes": disk["inodes"]} if disk else None,
+            wall_backstop=self.limits.wall_backstop,
         )
 
     def _plan(self) -> str:
@@ -200,6 +220,10 @@ class Sandbox:
             "cuda": self.allow_cuda,
             "tmpfs_mb": self.limits.file_mb,
             "since": self.since,
+            "memory_mb": self.limits.memory_mb,
+            "workdir": str(self.workdir),
+            "disk_mb": self.limits.disk_mb,
+            "inodes": self.limits.inodes,
         }
         return json.dumps(plan)
 
@@ -389,6 +413,7 @@ class Sandbox:
             "shared": str(self.shared_dir),
             "cuda": self.allow_cuda,
             "landlock": switched_on(LANDLOCK_SWITCH),
+            "seccomp": switched_on(SECCOMP_SWITCH),
             "limits": {
                 "memory_mb": self._memory_mb(),
                 "file_mb": self.limits.file_mb,
@@ -462,16 +487,21 @@ class Sandbox:
             raise
 
     # -- sessions ------------------------------------------------------------------
-    def session(self, deadline: float) -> Session:
+    def session(self, budget: Budget | float) -> Session:
         """A fresh child forked from the loaded worker, with the cells' definitions in place.
 
-        Threads may ask at once (the judge grades TODOs side by side): one fork order and its
-        connection at a time, so that each thread gets the child it asked for.
+        `budget`: the item's (clock.Budget), whose limits its calls count against; a plain
+        number is a wall-clock deadline (time.monotonic()).  Threads may ask at once (the
+        judge grades TODOs side by side): one fork order and its connection at a time, so
+        that each thread gets the child it asked for.
         """
+        if not isinstance(budget, Budget):
+            budget = Budget.wall(float(budget))
         with self._session_lock:
-            return self._new_session(deadline)
+            return self._new_session(budget)
 
-    def _new_session(self, deadline: float) -> Session:
+    def _new_session(self, budget: Budget) -> Session:
+        deadline = budget.wall_deadline
         if not self._zygote_alive():
             self._reload(deadline)
         assert self.control is not None
@@ -498,7 +528,15 @@ class Sandbox:
             self._stop_worker()
             raise
         gid = self.uid.gid if self.uid is not None else None
-        return Session(conn, _peer_pid(conn), self.limits.call_timeout_s, deadline, shared_dir=self.shared_dir, shared_gid=gid)
+        return Session(
+            conn,
+            _peer_pid(conn),
+            self.limits.call_timeout_s,
+            budget,
+            shared_dir=self.shared_dir,
+            shared_gid=gid,
+            wall_backstop=self.limits.wall_backstop,
+        )
 
     def output(self) -> tuple[str, int]:
         """What the submission printed (first bytes, on stdout then stderr) and how much in all."""

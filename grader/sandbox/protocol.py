@@ -12,7 +12,7 @@ import struct
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 MAX_FRAME = 16 << 20  # no correct reply is near this; a larger one is refused unread
 
@@ -105,7 +105,14 @@ def _send(sock: socket.socket, message: dict[str, Any]) -> None:
     sock.sendall(struct.pack(">I", len(data)) + data)
 
 
-def _recv(sock: socket.socket, deadline: float) -> dict[str, Any]:
+class Waiter(Protocol):
+    """A limit that is not a fixed moment (clock.CallClock): how long to wait before asking
+    again; 0 when it is reached."""
+
+    def next_wait(self) -> float: ...
+
+
+def _recv(sock: socket.socket, deadline: float | Waiter) -> dict[str, Any]:
     (size,) = struct.unpack(">I", _read_exact(sock, 4, deadline))
     if size > MAX_FRAME:
         raise WorkerLost("too_large", f"a reply of {size} bytes")
@@ -118,17 +125,17 @@ def _recv(sock: socket.socket, deadline: float) -> dict[str, Any]:
     return message
 
 
-def _read_exact(sock: socket.socket, size: int, deadline: float) -> bytes:
+def _read_exact(sock: socket.socket, size: int, deadline: float | Waiter) -> bytes:
     chunks = []
     while size:
-        remaining = deadline - time.monotonic()
+        remaining = deadline - time.monotonic() if isinstance(deadline, float | int) else deadline.next_wait()
         if remaining <= 0:
             raise WorkerLost("timeout")
         sock.settimeout(remaining)
         try:
             chunk = sock.recv(min(size, 1 << 20))
         except TimeoutError:
-            raise WorkerLost("timeout") from None
+            continue  # the limit says whether to wait longer
         except OSError as error:
             raise WorkerLost("exited", str(error)) from None
         if not chunk:
