@@ -46,6 +46,7 @@ SYSCTL_KEPT = (  # fixed settings the C library and Python may read; nothing tha
     "fs/pipe-max-size",
 )
 CPU_FILES = ("online", "possible", "present", "kernel_max")
+HOST_IDS = ("/etc/machine-id", "/var/lib/dbus/machine-id")  # the machine's identity, as the boot id is
 STAGE = "/dev/.pa-stage"  # a tmpfs for the replacement files while they are bound; detached after
 
 
@@ -121,6 +122,10 @@ def mask_proc(memory_mb: int | None) -> list[str]:
         os.mkdir(f"{STAGE}/none", 0o555)
         ns.mount(None, STAGE, None, ns.MS_REMOUNT | ns.TMPFS_FLAGS | ns.MS_NOEXEC | ns.MS_RDONLY)
         masked = _mask_proc()
+        for path in HOST_IDS:
+            if os.path.isfile(path) and not os.path.islink(path):
+                ns.mount(f"{STAGE}/empty", path, None, ns.MS_BIND)
+                masked.append(path)
     finally:
         ns.umount(STAGE, ns.MNT_DETACH)  # the bound files live on; the folder goes
         os.rmdir(STAGE)
