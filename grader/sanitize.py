@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
+from grader.report.pictures import normalise_picture
 from grader.results import FAILED, NOT_RUN, PASSED, CellReport, Failure, GradeResult, ItemResult, Text
 
 FOLD = " ⏎ "  # where a newline was, in text that must stay on one line
@@ -178,8 +179,6 @@ def _failure(failure: Failure | None, limits: FieldLimits) -> Failure | None:
         return None
     if not isinstance(failure, Failure):
         return Failure("error", Text("结果记录损坏", "malformed result record"))
-    from grader.report.pictures import normalise_picture  # the renderers' own schema check
-
     return replace(
         failure,
         kind=safe_line(failure.kind, limits.short),
@@ -189,7 +188,7 @@ def _failure(failure: Failure | None, limits: FieldLimits) -> Failure | None:
         expected=safe_line(failure.expected, limits.value),
         actual=safe_line(failure.actual, limits.value),
         traceback=safe_block(failure.traceback, limits.value, limits.lines, keep="tail"),
-        picture=normalise_picture(failure.picture),
+        picture=normalise_picture(failure.picture, safe_line),  # the renderers' own schema check
     )
 
 

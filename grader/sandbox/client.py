@@ -46,7 +46,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from grader.config import Limits
 from grader.sandbox import cgroups, ipc, isolation, uids
@@ -75,7 +75,15 @@ from grader.submission import Cell
 
 if TYPE_CHECKING:  # never imported by a `grade` process: only a warm batch's judges have them
     from grader.sandbox.forked import Forked
-    from grader.sandbox.warm import Template
+
+
+class WorkerTemplate(Protocol):
+    """What a Sandbox asks of a warm worker template (warm.Template, which depends on this
+    module, never the other way round)."""
+
+    def fits(self, python: str, env: dict[str, str], token_var: str) -> bool: ...
+
+    def spawn(self, *, socket_path: str, cwd: str, env: dict[str, str], plan: dict[str, Any], fds: list[int]) -> Forked: ...
 
 WORKER = Path(__file__).with_name("worker.py")
 TOKEN_VAR = "PA_GRADER_SANDBOX"
@@ -107,7 +115,7 @@ class Sandbox:
     """One submission's worker.  Use as a context manager: everything it started dies on exit."""
 
     # A warm template to fork workers from (warm.py; set by warm.use() in a batch's judge server).
-    template: ClassVar[Template | None] = None
+    template: ClassVar[WorkerTemplate | None] = None
 
     def __init__(self, cells: list[Cell], limits: Limits, *, allow_cuda: bool = False, python: str | None = None):
         self.cells = cells
