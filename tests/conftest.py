@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import subprocess
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -21,6 +23,35 @@ SOLUTION_NB = ROOT / "notebooks" / "paged_attention_solution.ipynb"
 STUDENT_NB = ROOT / "notebooks" / "paged_attention_student.ipynb"
 
 _GRADED: dict[tuple[Path, str], GradeResult] = {}
+_CHECKOUT = pytest.StashKey[set[str] | None]()  # what git saw untracked when the run began
+
+
+def _untracked() -> set[str] | None:
+    """Files in the checkout that git does not track and does not ignore (None: not a git checkout)."""
+    try:
+        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return {line[3:] for line in out.stdout.splitlines() if line.startswith("?? ")}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_CHECKOUT] = _untracked()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A test run leaves nothing new in the checkout (submission code runs confined: tests/repro_runner.py)."""
+    before = session.config.stash.get(_CHECKOUT, None)
+    after = _untracked() if before is not None else None
+    if before is None or after is None:
+        return
+    new = sorted(after - before)
+    if new:
+        print(f"\nthe test run left new files in the checkout (not ignored by git): {new[:20]}", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
 
 
 @pytest.fixture(scope="session")
