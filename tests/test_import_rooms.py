@@ -5,7 +5,6 @@ imports included: a cycle hidden in a function is still a cycle)."""
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 from tests.conftest import ROOT
 
