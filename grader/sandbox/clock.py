@@ -35,7 +35,7 @@ CHECK_EVERY_S = 0.5  # a running call (and an item's sessions) is read at least 
 def process_cpu(pid: int) -> float | None:
     """CPU seconds of `pid` (all its threads, and its children it has reaped) and of its live
     descendants; None when it is gone."""
-    total, todo, first = 0.0, [pid], True
+    total, todo = 0.0, [pid]
     seen: set[int] = set()
     while todo:
         current = todo.pop()
@@ -46,14 +46,24 @@ def process_cpu(pid: int) -> float | None:
             with open(f"/proc/{current}/stat", "rb") as f:
                 fields = f.read().rsplit(b")", 1)[1].split()
             total += sum(int(x) for x in fields[11:15]) / TICKS  # utime, stime, cutime, cstime
-            for task in os.listdir(f"/proc/{current}/task"):
-                with open(f"/proc/{current}/task/{task}/children", "rb") as f:
-                    todo += [int(child) for child in f.read().split()]
         except (OSError, IndexError, ValueError):
-            if first:
+            if current == pid:
                 return None
-        first = False
+            continue  # a descendant that ended a moment ago: its parent counts it once reaped
+        todo += _children(current)
     return total
+
+
+def _children(pid: int) -> list[int]:
+    """The children of every thread of `pid` (Linux 3.5+ with CONFIG_PROC_CHILDREN; else none)."""
+    found = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children", "rb") as f:
+                found += [int(child) for child in f.read().split()]
+    except (OSError, ValueError):
+        pass
+    return found
 
 
 class Budget:

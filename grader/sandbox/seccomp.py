@@ -4,7 +4,7 @@ Part of the worker (confine.py loads it by path, and tests import it); standard 
 The filter is a small classic-BPF program of our own, installed with seccomp(2), rather than
 libseccomp: the worker imports nothing but the standard library and torch (libseccomp's
 Python binding is not on PyPI, and libseccomp.so is not on every machine that grades, e.g. a
-slim container), the list is a deny list of some fifty numbers, and the two points where a
+slim container), the list is a deny list of some sixty numbers, and the two points where a
 library would help (foreign architectures, the x32 ABI) are two instructions here.
 
 What it does, in order, for every system call of the zygote and everything it starts:
