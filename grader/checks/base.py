@@ -125,8 +125,9 @@ class ItemContext:
 
     # -- time ----------------------------------------------------------------------------
     def elapsed(self) -> float:
-        """What the item has used of its time budget: CPU seconds of its judge thread and sessions."""
-        return self.budget.spent()
+        """What the item has used of its time budget: CPU seconds of its judge thread and
+        sessions, or wall-clock seconds once its wall-clock backstop ran out (clock.Budget.used)."""
+        return self.budget.used()
 
     def remaining(self) -> float:
         """What is left of it (CPU seconds, never more than its wall-clock backstop leaves)."""

@@ -135,6 +135,12 @@ class Budget:
         with self._lock:
             return self._thread_cpu() - self._judge_start + self._ended + sum(self._live.values())
 
+    def used(self) -> float:
+        """What is used, in the measure that limits it: CPU seconds, or the wall-clock seconds
+        since the start once the wall-clock backstop is what ended it (a sleeper)."""
+        now = time.monotonic()
+        return now - self.started if self.wall_left(now) <= 0 else self.spent()
+
     def wall_left(self, now: float | None = None) -> float:
         return self.wall_deadline - (time.monotonic() if now is None else now)
 
