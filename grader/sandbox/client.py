@@ -7,17 +7,21 @@ whatever the worker does, the judge goes on.
 
 What a submission runs under (defaults from grader/config.toml [limits]):
 
-- time: `cell_timeout_s` (60) per cell at load time, `call_timeout_s` (10) per graded call,
-  `item_budget_s` (60) per rubric item, `total_budget_s` (600) for the whole submission; a
-  cell that hangs or kills its process is skipped when the cells are run again;
-- memory: `memory_mb` (2048 MiB) for the whole submission in a cgroup (cgroups.py) where the
-  judge can make one, and RLIMIT_AS of as much on each process (not under CUDA, which maps
+- time: `cell_timeout_s` (60) per cell at load time, `call_timeout_s` (10) of CPU per graded
+  call, `item_budget_s` (60) of CPU per rubric item (clock.py; `wall_backstop` (3) times each
+  in wall-clock time ends one that uses no CPU), `total_budget_s` (600) for the whole
+  submission; a cell that hangs or kills its process is skipped when the cells are run again;
+- memory: `memory_mb` (2048 MiB) for the whole submission in a cgroup (cgroups.py, which also
+  gives it an equal CPU share) where the judge can make one, and RLIMIT_AS of as much on each process (not under CUDA, which maps
   far more than it uses); `pids` (128) processes; `open_files` per process; no core dumps;
 - output: the first `output_kb` (64 KiB) of stdout+stderr kept, the rest counted and dropped;
-- files: RLIMIT_FSIZE of `file_mb` (64 MiB) per file;
+- files: RLIMIT_FSIZE of `file_mb` (64 MiB) per file, and `disk_mb` and `inodes` in all (its
+  work folder a tmpfs, views.py);
 - namespaces where the kernel allows them (spawn.py, namespaces.py): user, PID (with its own
-  /proc), IPC, network (none) and mount (a bare /dev, empty /tmp and /run); a uid of its own
-  per grading when the judge runs as root (uids.py);
+  /proc, its machine-wide counters masked), IPC, network (none), mount (a bare /dev, empty
+  /tmp and /run, a /sys of CPU lists), UTS and cgroup; a uid of its own per grading when the
+  judge runs as root (uids.py);
+- a session keyring of its own and a seccomp filter (seccomp.py);
 - processes: everything the submission starts stays below the worker's keeper and is killed
   when the sandbox closes, or when the judge dies (a lifeline pipe); the private directory
   (pa-grade-*), the cgroup and, where no IPC namespace took them, the IPC objects the
@@ -29,7 +33,7 @@ What a submission runs under (defaults from grader/config.toml [limits]):
 
 `isolation_report()` says which of these were in force (GradeResult.isolation).  Switches in
 the judge's environment: PA_GRADER_NAMESPACES=0, PA_GRADER_USER_NAMESPACE=0, PA_GRADER_CGROUPS=0,
-PA_GRADER_LANDLOCK=0.
+PA_GRADER_LANDLOCK=0, PA_GRADER_SECCOMP=0.
 """
 
 from __future__ import annotations

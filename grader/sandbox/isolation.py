@@ -101,6 +101,9 @@ def summary(iso: dict[str, Any]) -> dict[str, str]:
     if iso["cgroup"]:
         zh.append(f"cgroup {iso['cgroup']}（{'，'.join(whole_zh)}）")
         en.append(f"cgroup {iso['cgroup']} ({', '.join(whole_en)})")
+    else:
+        zh.append("无 cgroup（内存按进程限制，无 CPU 份额）")
+        en.append("no cgroup (memory capped per process, no CPU share)")
     each_zh, each_en = [], []
     if limits["address_space_mb"]:
         each_zh.append(f"每个进程地址空间 {limits['address_space_mb']} MiB")
