@@ -6,9 +6,9 @@ keeper  the process the judge started.  It stays outside every namespace and hol
         end of the judge's lifeline: when that closes (the judge exited or was killed, however)
         it kills everything below itself and removes what the grading left behind: the
         judge's private directory, the cgroup, IPC objects no namespace took away.
-nest    joins the cgroup and unshares the namespaces, the cgroup namespace last of all, so that
-        the grading's cgroup is its root (the keeper, still outside, writes its uid and gid
-        maps).  Then it only waits for init.
+nest    joins the cgroup, then unshares the namespaces (the cgroup namespace's root is then the
+        grading's cgroup; the keeper, still outside, writes its uid and gid maps).  Then it
+        only waits for init.
 init    the first process of the new PID namespace (PID 1): it mounts the private /proc, /dev
         and /tmp, masks /proc and replaces /sys and the work folder (views.py), takes the
         submission's uid where no user namespace gave it one, forks the zygote and reaps.  When it dies the kernel kills every process in the namespace.
