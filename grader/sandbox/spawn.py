@@ -194,7 +194,7 @@ def _views(facts: dict[str, Any], flags: int, plan: dict[str, Any]) -> None:
             facts["view_errors"].append(f"hostname: {error}")
     if facts["proc"]:
         try:
-            facts["proc_masked"] = views.mask_proc(plan.get("memory_mb"))
+            facts["proc_masked"] = views.mask_proc(plan.get("memory_mb"), bool(plan.get("cuda")))
         except OSError as error:
             facts["view_errors"].append(f"/proc: {error}")
     try:

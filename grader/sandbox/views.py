@@ -107,8 +107,10 @@ def _btime() -> int:
     return 0
 
 
-def mask_proc(memory_mb: int | None) -> list[str]:
-    """Cover /proc's machine-wide entries (init, on the PID namespace's own /proc).  Returns them."""
+def mask_proc(memory_mb: int | None, cuda: bool = False) -> list[str]:
+    """Cover /proc's machine-wide entries (init, on the PID namespace's own /proc).  Returns them.
+
+    Under CUDA /proc/driver stays: the NVIDIA driver's library reads its parameters there."""
     cpus, btime = _cpus(), _btime()
     sysctls = {name: _read(f"/proc/sys/{name}") for name in SYSCTL_KEPT}
     sysctls["kernel/hostname"] = ns.HOSTNAME + "\n"
@@ -121,7 +123,7 @@ def mask_proc(memory_mb: int | None) -> list[str]:
         _write(f"{STAGE}/empty", "")
         os.mkdir(f"{STAGE}/none", 0o555)
         ns.mount(None, STAGE, None, ns.MS_REMOUNT | ns.TMPFS_FLAGS | ns.MS_NOEXEC | ns.MS_RDONLY)
-        masked = _mask_proc()
+        masked = _mask_proc(PROC_KEPT | ({"driver"} if cuda else set()))
         for path in HOST_IDS:
             if os.path.isfile(path) and not os.path.islink(path):
                 ns.mount(f"{STAGE}/empty", path, None, ns.MS_BIND)
@@ -143,11 +145,11 @@ def replace_sys(cuda: bool) -> str:
     return "cpus"
 
 
-def _mask_proc() -> list[str]:
+def _mask_proc(kept: frozenset[str] | set[str]) -> list[str]:
     """Cover every top-level entry of /proc but the kept ones; returns what was covered."""
     masked = []
     for name in sorted(os.listdir("/proc")):
-        if name.isdigit() or name in PROC_KEPT:
+        if name.isdigit() or name in kept:
             continue
         path = f"/proc/{name}"
         try:
