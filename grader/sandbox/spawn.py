@@ -11,7 +11,8 @@ nest    joins the cgroup, then unshares the namespaces (the cgroup namespace's r
         only waits for init.
 init    the first process of the new PID namespace (PID 1): it mounts the private /proc, /dev
         and /tmp, masks /proc and replaces /sys and the work folder (views.py), takes the
-        submission's uid where no user namespace gave it one, forks the zygote and reaps.  When it dies the kernel kills every process in the namespace.
+        submission's uid where no user namespace gave it one, forks the zygote and reaps.
+        When it dies the kernel kills every process in the namespace.
         Without a PID namespace it is a child subreaper instead: orphans of the submission
         (daemons, double forks) become its children, where the keeper and the judge find them.
 zygote  returns from enter() with what is in force ("facts"), imports torch, runs the cells.
