@@ -197,6 +197,7 @@ for path in ("/proc/sys/kernel/random/boot_id", "/sys/class/dmi/id/product_uuid"
     except OSError as error:
         print("ID REFUSED", path, type(error).__name__)
 print("HOSTNAME:", socket.gethostname())
+print("CPUS:", os.cpu_count(), len(os.sched_getaffinity(0)), torch.get_num_threads() >= 1, float(torch.ones(3).sum()))
 for name in ("stat", "loadavg", "meminfo", "vmstat", "diskstats", "locks", "pressure/cpu", "sys/fs/file-nr", "uptime"):
     try:
         with open(f"/proc/{name}") as f:
