@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from grader import environment, given_code, integrity
 from grader.config import Config, RubricItem
+from grader.draws import pin_local_constants
 from grader.folder import plan as plan_folder
 from grader.results import FAILED, NOT_RUN, PASSED, CellReport, Failure, GradeResult, ItemResult, Text
 from grader.sandbox.client import LoadReport, Sandbox
@@ -82,6 +83,7 @@ def grade_path(path: Path, config: Config, device: str = "auto", todos: Collecti
 
 def grade_submission(submission: Submission, config: Config, device: str, todos: Collection[str] | None = None) -> GradeResult:
     """Grade every rubric item, or only the items of `todos` (e.g. {"todo3"}) when given."""
+    pin_local_constants()  # the same examples however this process was started (grader/draws.py)
     result = GradeResult(
         submission=str(submission.path),
         sha256=submission.sha256,
