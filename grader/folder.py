@@ -102,25 +102,26 @@ def folder_name(folder: Path | None) -> str:
 
 
 def plan(submission: Path, folder: Path | None, env: NotebookEnvironment) -> FolderCopy:
-    """The files of `folder` that go next to `submission` (always copied, as `submission.name`);
+    """The files of `folder` that go next to `submission` (always copied, as `submission.name`, when
+    it is a file: grader.check() grades a kernel's history, whose notebook may not be saved);
     `folder` None: the submission alone."""
-    copy = FolderCopy(folder_name(folder if folder is not None else submission.parent), [(submission.name, submission)])
+    copy = FolderCopy(folder_name(folder if folder is not None else submission.parent), [])
+    if submission.is_file():
+        copy.files.append((submission.name, submission))
     if folder is None:
         return copy
     try:
         root = folder.resolve(strict=True)
-        own = submission.resolve(strict=True)
-    except OSError:
+        own = submission.resolve()
+    except (OSError, RuntimeError):
         return copy
     if not root.is_dir():
         return copy
     private = _private_paths()
     key_digests = answer_key_digests()
     limit_bytes = env.folder_mb << 20
-    try:
+    if copy.files:
         copy.bytes = submission.stat().st_size
-    except OSError:
-        pass
 
     def leave(reason: str) -> None:
         copy.left_out[reason] = copy.left_out.get(reason, 0) + 1

@@ -98,7 +98,7 @@ def test_bad_arguments_and_empty_history_get_a_message(monkeypatch: pytest.Monke
 def test_check_shows_the_card_and_returns_score_and_items(monkeypatch: pytest.MonkeyPatch) -> None:
     shown: list[dict] = []
     monkeypatch.setattr(notebook, "_shell", lambda: FakeShell(["", "x = 1"]))
-    monkeypatch.setattr(notebook, "grade_history", lambda cells, name, todos: picture_result())
+    monkeypatch.setattr(notebook, "grade_history", lambda cells, name, todos, folder=None: picture_result())
     import IPython.display
 
     monkeypatch.setattr(IPython.display, "display", lambda data, raw: shown.append(data))
@@ -117,7 +117,7 @@ def test_check_shows_the_card_and_returns_score_and_items(monkeypatch: pytest.Mo
 def test_a_grader_failure_in_check_is_a_message(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(notebook, "_shell", lambda: FakeShell(["", "x = 1"]))
 
-    def broken(*args: object) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("exit status 3: boom")
 
     monkeypatch.setattr(notebook, "grade_history", broken)
