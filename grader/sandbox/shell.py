@@ -29,7 +29,6 @@ import pdb
 import sys
 
 from IPython.core.compilerop import CachingCompiler
-from IPython.core.displayhook import DisplayHook
 from IPython.core.error import StdinNotImplementedError, UsageError
 from IPython.core.interactiveshell import InteractiveShell, _asyncio_runner
 from IPython.utils.text import LSString, SList
@@ -92,25 +91,13 @@ def _linecache():
     return linecache
 
 
-class GradingDisplayHook(DisplayHook):
-    """IPython's display hook, noting (as ipykernel's does) an error raised while a result is shown."""
-
-    def __call__(self, result=None):
-        self.shell.in_displayhook = True
-        try:
-            return super().__call__(result)
-        finally:
-            self.shell.in_displayhook = False
-
-
 class GradingShell(InteractiveShell):
     """InteractiveShell with a kernel's behaviour and without shell commands."""
 
     cell_index = None  # the notebook cell running now (None: not a cell, e.g. a graded call)
     cell_source = ""
     body_offset = 0
-    in_displayhook = False
-    displayhook_error = None
+    shown_error = None  # the first exception a traceback was shown for while the cell ran
     on_skip = None  # called with each skipped line's event while the cells run
 
     def __init__(self, **kwargs):
@@ -122,20 +109,16 @@ class GradingShell(InteractiveShell):
         super().init_instance_attrs()
         self.compile = CellCompiler(self)
 
-    def init_displayhook(self):
-        super().init_displayhook()
-        self.displayhook = GradingDisplayHook(shell=self, cache_size=self.cache_size)
-        self.configurables.append(self.displayhook)
-        sys.displayhook = self.displayhook
-
     def init_hooks(self):
         super().init_hooks()
         # A kernel sends help pages (`x?`, %pdoc, %pycat) to the front end's pager, not to the output.
         self.set_hook("show_in_pager", lambda *args, **kwargs: None, 99)
 
     def _showtraceback(self, etype, evalue, stb):
-        if self.in_displayhook and self.displayhook_error is None:
-            self.displayhook_error = evalue  # ipykernel marks the cell as failed
+        # A kernel sends each shown traceback to the notebook as an error output, also when the
+        # cell itself goes on (a %%capture body that raised, a displayed value whose repr raised).
+        if self.cell_index is not None and self.shown_error is None:
+            self.shown_error = evalue
         return super()._showtraceback(etype, evalue, stb)
 
     # -- what is skipped ---------------------------------------------------------------
@@ -313,8 +296,9 @@ def add_working_directory():
 
 async def execute(shell, index, source):
     """One cell, as ipykernel's do_execute runs it (awaited inside a running event loop).
-    Returns the exception that failed the cell, or None."""
-    shell.cell_index, shell.cell_source, shell.displayhook_error = index, source, None
+    Returns the exception that failed the cell (the first one shown, as the notebook's first
+    error output), or None."""
+    shell.cell_index, shell.cell_source, shell.shown_error = index, source, None
     try:
         preprocessing = None
         try:
@@ -339,5 +323,5 @@ async def execute(shell, index, source):
     finally:
         shell.cell_index, shell.cell_source = None, ""
     error = result.error_before_exec if result.error_before_exec is not None else result.error_in_exec
-    return error if error is not None else shell.displayhook_error
+    return shell.shown_error if shell.shown_error is not None else error
 
