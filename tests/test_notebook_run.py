@@ -52,7 +52,7 @@ def run(tmp_path: Path, cells: list[str], files: dict[str, str] | None = None, n
     typed = [Cell(i, textwrap.dedent(source).strip("\n")) for i, source in enumerate(cells, start=1)]
     with Sandbox(typed, CONFIG.limits, folder=plan(submission, folder, CONFIG.notebook), notebook=notebook) as sandbox:
         report = sandbox.load()
-        output = sandbox.output()[0]
+    output = sandbox.output()[0]  # once the worker is gone: everything it printed has been read
     assert report.failed is None, (report.failed, output[-3000:])
     seen = [line[len(MARK):] for line in output.splitlines() if line.startswith(MARK)]
     return report, output, json.loads(seen[-1]) if seen else {}
@@ -176,12 +176,14 @@ def test_async_cells_run_inside_an_event_loop_as_in_jupyter(tmp_path: Path, temp
 
 
 def test_a_displayed_value_whose_repr_raises_fails_its_cell_and_sys_exit_stops(tmp_path: Path, template: warm.Template) -> None:
-    report, _, _ = run(tmp_path, [
+    report, output, _ = run(tmp_path, [
         "class Broken:\n    def __repr__(self):\n        return 1 / 0\nBroken()",
+        "exit()\nquit()\nprint('exit() asks a front end to close; the cells go on')",
         "import sys\nsys.exit('stop here')",
         "never = 1",
     ])
-    assert errors(report) == {1: "ZeroDivisionError", 2: "SystemExit", 3: "not_run"}
+    assert errors(report) == {1: "ZeroDivisionError", 3: "SystemExit", 4: "not_run"}
+    assert "the cells go on" in output
 
 
 def test_a_module_the_notebook_writes_cannot_reach_the_answer_key(tmp_path: Path, template: warm.Template) -> None:

@@ -155,6 +155,10 @@ class GradingShell(InteractiveShell):
         self.skipped("!" + str(cmd), _shell_reason(cmd))
         return SList() if split else LSString("")
 
+    def ask_exit(self):
+        """`exit()` / `quit()`: a kernel asks its front end to close, which nbclient ignores; the cells go on."""
+        self.exit_now = False
+
     def debugger(self, force=False):
         if force or self.call_pdb:
             self.skipped("%debug", DEBUGGER)
