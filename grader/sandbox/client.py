@@ -75,7 +75,9 @@ from grader.sandbox.session import Session
 from grader.submission import Cell
 
 if TYPE_CHECKING:
-    from grader.folder import FolderCopy  # never imported by a `grade` process: only a warm batch's judges have them
+    from grader.folder import FolderCopy
+
+    # Never imported by a `grade` process: only a warm batch's judges have them.
     from grader.sandbox.forked import Forked
     from grader.sandbox.warm import Template
 

@@ -24,6 +24,7 @@ import asyncio
 import bdb
 import builtins
 import getpass
+import linecache
 import os
 import pdb
 import sys
@@ -79,16 +80,10 @@ class CellCompiler(CachingCompiler):
     def cache(self, transformed_code, number=0, raw_code=None):
         name = super().cache(transformed_code, number, raw_code)
         offset = self.shell.body_offset
-        if offset and name.startswith("<cell ") and name in _linecache().cache:
-            size, mtime, lines, fullname = _linecache().cache[name]
-            _linecache().cache[name] = (size, mtime, ["\n"] * offset + list(lines), fullname)
+        if offset and name.startswith("<cell ") and name in linecache.cache:  # its lines where they are numbered
+            size, mtime, lines, fullname = linecache.cache[name]
+            linecache.cache[name] = (size, mtime, ["\n"] * offset + list(lines), fullname)
         return name
-
-
-def _linecache():
-    import linecache
-
-    return linecache
 
 
 class GradingShell(InteractiveShell):
@@ -123,7 +118,10 @@ class GradingShell(InteractiveShell):
 
     # -- what is skipped ---------------------------------------------------------------
     def skipped(self, text, reason):
-        """Record a line that did not run, with the line of the cell it came from."""
+        """Report a line that did not run, with the line of the cell it came from (the cell's frame
+        calling into IPython), as the cell has it.  Outside the cells (a graded call) nothing is said."""
+        if self.cell_index is None or self.on_skip is None:
+            return
         line = None
         frame = sys._getframe(1)
         name = f"<cell {self.cell_index}>"
@@ -132,8 +130,6 @@ class GradingShell(InteractiveShell):
                 line = frame.f_lineno
                 break
             frame = frame.f_back
-        if self.cell_index is None or self.on_skip is None:
-            return
         lines = self.cell_source.split("\n")
         if line is not None and 0 < line <= len(lines) and lines[line - 1].strip():
             text = lines[line - 1].strip()
