@@ -93,7 +93,7 @@ class GradingShell(InteractiveShell):
     cell_source = ""
     body_offset = 0
     shown_error = None  # the first exception a traceback was shown for while the cell ran
-    on_skip = None  # called with each skipped line's event while the cells run
+    on_skip = None  # called with (cell, line, text, reason) for each skipped line while the cells run
 
     def __init__(self, **kwargs):
         self.skipped_seen = set()
@@ -138,7 +138,7 @@ class GradingShell(InteractiveShell):
             return
         self.skipped_seen.add(key)
         self.skipped_count += 1
-        self.on_skip({"event": "skipped", "index": self.cell_index, "line": line, "text": str(text)[:300], "reason": reason})
+        self.on_skip(self.cell_index, line, str(text)[:300], reason)
 
     def system_piped(self, cmd):
         self.skipped("!" + str(cmd), _shell_reason(cmd))

@@ -135,7 +135,13 @@ def run_cells(sock, cells, shell):
     import asyncio
 
     execute = shell_module.execute
-    shell.on_skip = lambda event: send(sock, event)
+
+    def report_skipped(index, line, text, reason):
+        # Only this kind of event, built here: the shell is the notebook's (get_ipython()).
+        send(sock, {"event": "skipped", "index": int(index), "line": line if type(line) is int else None,
+                    "text": _safe_str(text)[:300], "reason": _safe_str(reason)[:20]})
+
+    shell.on_skip = report_skipped
 
     async def run_all():
         for index, source in cells:
