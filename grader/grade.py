@@ -83,7 +83,6 @@ def grade_path(path: Path, config: Config, device: str = "auto", todos: Collecti
 
 def grade_submission(submission: Submission, config: Config, device: str, todos: Collection[str] | None = None) -> GradeResult:
     """Grade every rubric item, or only the items of `todos` (e.g. {"todo3"}) when given."""
-    pin_local_constants()  # the same examples however this process was started (grader/draws.py)
     result = GradeResult(
         submission=str(submission.path),
         sha256=submission.sha256,
@@ -103,6 +102,7 @@ def grade_submission(submission: Submission, config: Config, device: str, todos:
         from grader.checks import CHECKS, REQUIRED_NAMES
         from grader.checks.base import Grading
 
+        pin_local_constants()  # the same examples however this process was started (grader/draws.py)
         loader.join()
         result.isolation = sandbox.isolation_report()
         report = sandbox.report

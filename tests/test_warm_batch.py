@@ -103,24 +103,31 @@ def test_a_warm_batch_grades_exactly_as_cold_grade_processes(tmp_path: Path) -> 
 
 
 PINNED = """
+import json, sys
 from hypothesis.internal.conjecture import providers
-import grader.checks, grader.cli, tests.test_domain  # local modules full of constants
-before = len(providers._get_local_constants())
+import grader.checks
+{more}
 from grader.draws import pin_local_constants
 pin_local_constants()
-print(before, len(providers._get_local_constants()))
+found = providers._get_local_constants()
+print(json.dumps([sorted(found.integers), list(found.strings)[:50], len(found)]))
 """
 
 
-def test_a_grading_draws_no_constants_from_the_modules_it_has_loaded() -> None:
+def test_a_grading_draws_the_checks_constants_whatever_it_has_loaded() -> None:
     """Hypothesis draws, now and then, constants from the source of the "local" modules loaded at
     that moment: `grade` has the CLI, a warm judge what its server imported, grader.check()'s
-    process neither, pytest the tests.  Pinned to none, they all meet the same examples."""
-    proc = subprocess.run([sys.executable, "-c", PINNED], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    before, after = map(int, proc.stdout.split())
-    assert before > 100 and after == 0
+    process neither, pytest the tests.  Pinned to the checks' own, they all meet the same examples,
+    in the same order."""
+    seen = []
+    for more in ("", "import grader.cli, grader.judge_server, tests.test_domain  # local modules full of constants"):
+        proc = subprocess.run([sys.executable, "-c", PINNED.format(more=more)], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONHASHSEED": str(len(seen) + 1)})
+        assert proc.returncode == 0, proc.stderr
+        seen.append(json.loads(proc.stdout))
+    assert seen[0] == seen[1]
+    integers, _, count = seen[0]
+    assert count > 100 and 4096 in integers and 130 not in integers  # a block size of the checks', no exit status of the CLI's
 
 
 def _judges(server_pid: int) -> list[int]:
