@@ -69,3 +69,25 @@ def test_a_real_import_of_the_grader_is_still_flagged(tmp_path: Path) -> None:
     path.write_text("import grader\ngrader.check()\n# %%\nfrom grader.checks import CHECKS\n", encoding="utf-8")
     flags = integrity.scan(load_submission(path, 1 << 20))
     assert [flag.en for flag in flags] == ["code cell 2 imports grader.checks"]
+
+
+@pytest.mark.parametrize(
+    ("cell", "flag"),
+    [
+        ("%run ../reference/paged_attention.py", "refers to the path '../reference/paged_attention.py'"),
+        ("%%writefile sneaky.py\nfrom reference import paged_attention\n", "imports reference"),
+        ("%%time\nimport student_template\n", "imports student_template"),
+        ("x = 1\n%load_ext autoreload\nfrom grader.checks import CHECKS", "imports grader.checks"),
+    ],
+)
+def test_code_that_arrives_through_magics_is_scanned_as_the_kernel_runs_it(tmp_path: Path, cell: str, flag: str) -> None:
+    """A cell is read as IPython compiles it (Cell.python), and a module a cell writes as Python:
+    an import of the answer key through %run, %%writefile or a cell magic's body is flagged."""
+    import nbformat
+
+    path = tmp_path / "sub.ipynb"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("x = 0"), nbformat.v4.new_code_cell(cell)]
+    nbformat.write(nb, path)
+    flags = [f.en for f in integrity.scan(load_submission(path, 1 << 20))]
+    assert any(flag in f for f in flags), flags
