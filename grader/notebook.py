@@ -7,7 +7,8 @@
 
 It grades the cells this kernel has run so far, in the order they ran (IPython's input
 history, as typed), exactly as `grade` grades a file: a fresh process of the grader runs them
-in the sandbox and checks them with the same rubric. Nothing of the kernel is used but the
+in the sandbox, through IPython, in a copy of the notebook's folder (where the kernel started),
+and checks them with the same rubric. Nothing of the kernel is used but the
 text of those cells: not its objects, not its modules (a patched `torch` or `grader` in the
 kernel changes nothing). The scorecard is shown inline (HTML in a notebook front end, text in
 a terminal) and returned: `.score` out of 100 (over the items graded), `.items`.
