@@ -123,3 +123,25 @@ def test_a_batch_gives_each_student_their_own_folder_or_none(tmp_path: Path, lay
     students, _ = discover([subs])
     alice = next(s for s in students if s.id == "alice")
     assert (alice.folder.name if alice.folder else None) == expected
+
+
+def test_a_grading_stopped_while_copying_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The copy is made before the worker (and its keeper, who cleans up) exists: Ctrl-C then
+    must not leave the grading's private directory behind."""
+    import tempfile
+
+    from grader.sandbox.client import Sandbox
+
+    work = _class_of(tmp_path)
+    copy = folder.plan(work / "nb.ipynb", work, ENV)
+
+    def interrupted(self: folder.FolderCopy, target: Path, limit: int) -> Path:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(folder.FolderCopy, "copy_into", interrupted)
+    private = tmp_path / "private"
+    private.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    with pytest.raises(KeyboardInterrupt):
+        Sandbox([], load_config().limits, folder=copy)
+    assert list(private.iterdir()) == []

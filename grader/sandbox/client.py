@@ -146,7 +146,14 @@ class Sandbox:
             os.chmod(self.socket_path, 0o660)
             os.chown(self.workdir, self.uid.uid, self.uid.gid)
             os.chmod(self.workdir, 0o700)
-        self.cwd = self._copy_folder()
+        try:
+            self.cwd = self._copy_folder()
+        except BaseException:  # Ctrl-C while copying: nothing started yet that would remove it
+            self.listener.close()
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            if self.uid is not None:
+                self.uid.release()
+            raise
         self.cgroup = cgroups.create(f"{cgroups.PREFIX}{os.getpid()}-{self.token}", limits.memory_mb, limits.pids) if switched_on(CGROUP_SWITCH) else None
         self._confined: dict[str, Any] = {}
         self._peer_uid: int | None = None
