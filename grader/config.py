@@ -46,6 +46,26 @@ class Feedback:
 
 
 @dataclass(frozen=True)
+class NotebookEnvironment:
+    """What a notebook finds around it while graded ([notebook] in config.toml)."""
+
+    packages: tuple[str, ...] = ()  # pip requirements the course's notebooks may import (installed with the grader)
+    folder_files: int = 500  # files of the notebook's folder copied next to it, at most
+    folder_mb: int = 64  # their bytes, at most
+    folder_depth: int = 8  # folder levels below the notebook's, at most
+
+    def import_names(self) -> list[str]:
+        """The module each package is imported as (`python-dateutil` -> `dateutil` is not guessed: name it so)."""
+        names = []
+        for requirement in self.packages:
+            name = requirement.split(";")[0].strip()
+            for stop in "<>=!~[ ":
+                name = name.split(stop)[0]
+            names.append(name.strip().lower().replace("-", "_"))
+        return names
+
+
+@dataclass(frozen=True)
 class RubricItem:
     id: str
     todo: str
@@ -66,6 +86,7 @@ class Config:
     zero_on_flag: bool
     items: tuple[RubricItem, ...]
     digest: str  # identifies this configuration in gradebooks and caches
+    notebook: NotebookEnvironment = NotebookEnvironment()
 
     def item(self, item_id: str) -> RubricItem:
         for item in self.items:
@@ -91,4 +112,12 @@ def load_config(path: Path | None = None) -> Config:
         zero_on_flag=bool(raw.get("integrity", {}).get("zero_on_flag", True)),
         items=items,
         digest=hashlib.sha256(raw_bytes).hexdigest()[:16],
+        notebook=_notebook(raw.get("notebook", {})),
     )
+
+
+def _notebook(raw: dict) -> NotebookEnvironment:
+    packages = raw.get("packages", [])
+    if not isinstance(packages, list) or not all(isinstance(p, str) and p.strip() for p in packages):
+        raise ValueError("[notebook] packages must be a list of pip requirements")
+    return NotebookEnvironment(**{**raw, "packages": tuple(p.strip() for p in packages)})

@@ -28,6 +28,10 @@ class BatchError(Exception):
 class Student:
     id: str
     path: Path
+    # The folder the notebook runs in (a private copy: grader/folder.py): the student's own folder
+    # (submissions/alice/nb.ipynb), or None: the submission alone (submissions/alice.ipynb, whose
+    # folder is the whole class's).
+    folder: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -134,16 +138,17 @@ def discover(paths: Sequence[Path], id_from: str = "auto", exclude: Sequence[Pat
     `exclude`: folders that are no student's (the class folder, when it lies among the submissions).
     """
     skip = {p.resolve() for p in exclude}
-    found: list[tuple[str, Path]] = []
+    found: list[tuple[str, Path, Path | None]] = []
     left_out: list[LeftOut] = []
     for given in paths:
         if not given.is_dir() and (given.is_file() or given.is_symlink() or given.exists()):
-            student_id = given.parent.name if id_from == "parent" else given.stem
+            own = id_from == "parent"  # named by its folder: the folder is the student's
+            student_id = given.parent.name if own else given.stem
             why = refusal(given)  # a file named on the command line: no link, no device either
             if why is not None:
                 left_out.append(LeftOut(student_id, given, why))
             else:
-                found.append((student_id, given))
+                found.append((student_id, given, given.parent if own else None))
             continue
         if not given.is_dir():
             raise BatchError(f"not found: {given}")
@@ -157,17 +162,17 @@ def discover(paths: Sequence[Path], id_from: str = "auto", exclude: Sequence[Pat
                 left_out.append(LeftOut(student_id, entry, why))
                 continue
             if _regular(entry) and gradable_name:
-                found.append((given.name if id_from == "parent" else entry.stem, entry))
+                found.append((given.name if id_from == "parent" else entry.stem, entry, None))
             elif _is_dir(entry):
                 files, refused = _gradable_in(entry)
                 if refused is not None:
                     left_out.append(refused)
                 elif len(files) == 1:
-                    found.append((files[0].stem if id_from == "stem" else entry.name, files[0]))
+                    found.append((files[0].stem if id_from == "stem" else entry.name, files[0], entry))
                 else:
                     left_out.append(_left_out(entry.name, entry, files))
     by_id: dict[str, list[Path]] = {}
-    for student_id, path in [*found, *((s.id, s.path) for s in left_out)]:
+    for student_id, path in [*((sid, path) for sid, path, _ in found), *((s.id, s.path) for s in left_out)]:
         by_id.setdefault(student_id, []).append(path)
     clashes = {sid: ps for sid, ps in by_id.items() if len(ps) > 1}
     if clashes:
@@ -175,7 +180,7 @@ def discover(paths: Sequence[Path], id_from: str = "auto", exclude: Sequence[Pat
         raise BatchError("several submissions map to one student id (see --id-from):\n" + "\n".join(lines))
     if not found and not left_out:
         raise BatchError("no .ipynb or .py submissions found")
-    return sorted((Student(sid, path) for sid, path in found), key=lambda s: s.id), left_out
+    return sorted((Student(sid, path, folder) for sid, path, folder in found), key=lambda s: s.id), left_out
 
 
 def file_sha256(path: Path) -> str:

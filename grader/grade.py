@@ -16,8 +16,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grader import given_code, integrity
+from grader import environment, given_code, integrity
 from grader.config import Config, RubricItem
+from grader.draws import pin_local_constants
+from grader.folder import plan as plan_folder
 from grader.results import FAILED, NOT_RUN, PASSED, CellReport, Failure, GradeResult, ItemResult, Text
 from grader.sandbox.client import LoadReport, Sandbox
 from grader.sanitize import sanitize_result
@@ -53,11 +55,15 @@ def with_seed(config: Config, seed: int | None) -> Config:
     return dataclasses.replace(config, hypothesis=dataclasses.replace(config.hypothesis, seed=seed))
 
 
-def grade_path(path: Path, config: Config, device: str = "auto", todos: Collection[str] | None = None) -> GradeResult:
+def grade_path(path: Path, config: Config, device: str = "auto", todos: Collection[str] | None = None,
+               folder: Path | None = None, alone: bool = False) -> GradeResult:
+    """`folder`: the folder the notebook runs in (a copy of it; default the submission's own);
+    `alone`: none, the submission only (grader/folder.py)."""
     started = time.monotonic()
     device = resolve_device(device)
     try:
         submission = load_submission(path, config.limits.max_file_mb << 20)
+        submission.folder = plan_folder(path, None if alone else folder or path.parent, config.notebook)
     except SubmissionError as error:
         failure = Failure(kind="unreadable", message=Text(error.zh, error.en))
         result = GradeResult(
@@ -87,7 +93,8 @@ def grade_submission(submission: Submission, config: Config, device: str, todos:
         device=device,
     )
     deadline = time.monotonic() + config.limits.total_budget_s
-    with Sandbox(submission.cells, config.limits, allow_cuda=device == "cuda") as sandbox:
+    result.notes += environment.folder_notes(submission.folder) + environment.package_notes(config.notebook)
+    with Sandbox(submission.cells, config.limits, allow_cuda=device == "cuda", folder=submission.folder, notebook=submission.kind == "notebook") as sandbox:
         # The worker starts (imports torch, runs the cells) while this process imports the
         # checks (hypothesis, numpy): on two cores the two start-ups overlap.
         loader = threading.Thread(target=sandbox.load, daemon=True)
@@ -95,10 +102,12 @@ def grade_submission(submission: Submission, config: Config, device: str, todos:
         from grader.checks import CHECKS, REQUIRED_NAMES
         from grader.checks.base import Grading
 
+        pin_local_constants()  # the same examples however this process was started (grader/draws.py)
         loader.join()
         result.isolation = sandbox.isolation_report()
         report = sandbox.report
         assert report is not None
+        result.skipped = environment.skipped_lines(report.skipped)
         result.cells = [
             CellReport(
                 index=c.index,
@@ -228,7 +237,7 @@ def _given_code(submission: Submission, sandbox: Sandbox, report: LoadReport, co
     from grader.checks.base import ItemContext
     from grader.checks.given import check_given
 
-    edits = [Failure("given_changed", note) for note in given_code.changed([c.source for c in submission.cells])]
+    edits = [Failure("given_changed", note) for note in given_code.changed([c.python for c in submission.cells])]
     if not report.failed and time.monotonic() < deadline:
         ctx = ItemContext(sandbox, config, "given", deadline, grading)
         try:
@@ -260,7 +269,7 @@ def _run_item(
     if item.device == "cuda" and report.cuda_initialized:
         # The loaded worker already holds a CUDA context, which a forked child cannot use.
         left = dataclasses.replace(config.limits, total_budget_s=max(1.0, deadline - started))
-        with Sandbox(sandbox.cells, left, allow_cuda=True) as fresh:
+        with Sandbox(sandbox.cells, left, allow_cuda=True, folder=sandbox.folder, notebook=sandbox.notebook) as fresh:
             fresh.load()
             return _timed(item, checks[item.id], fresh, config, started, deadline, grading)
     return _timed(item, checks[item.id], sandbox, config, started, deadline, grading)

@@ -59,16 +59,22 @@ def config() -> Config:
     return load_config()
 
 
+def _alone(path: Path) -> bool:
+    """A file lying flat in a corpus folder is graded alone, as a batch grades a flat class folder
+    (its neighbours are other submissions); a folder submission with the files it uses."""
+    return path.parent.parent == CORPUS
+
+
 def graded(path: Path, config: Config | None = None) -> GradeResult:
     """Grade once per test session and configuration; several tests read the same result."""
     config = config or load_config()
     if (path, config.digest) not in _GRADED:
-        _GRADED[path, config.digest] = grade_path(path, config, "cpu")
+        _GRADED[path, config.digest] = grade_path(path, config, "cpu", alone=_alone(path))
     return _GRADED[path, config.digest]
 
 
 def _grade_one(job: tuple[Path, Config]) -> tuple[Path, GradeResult]:
-    return job[0], grade_path(job[0], job[1], "cpu")
+    return job[0], grade_path(job[0], job[1], "cpu", alone=_alone(job[0]))
 
 
 def grade_all(paths: Iterable[Path], config: Config | None = None, processes: int | None = None) -> None:

@@ -26,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     from grader.grade import grade_path, with_seed
 
     config = with_seed(load_config(args.config), args.seed)
-    result = grade_path(args.mutant, config, args.device, None if args.todo is None else {args.todo})
+    # A mutant is a module alone: nothing of the folder it was written to (the audit's own files).
+    result = grade_path(args.mutant, config, args.device, None if args.todo is None else {args.todo}, alone=True)
     args.out.write_text(json.dumps(result.to_dict(), ensure_ascii=False), encoding="utf-8")
     return 0
 

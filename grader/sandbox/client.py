@@ -64,20 +64,26 @@ from grader.sandbox.isolation import (
     switched_on,
 )
 from grader.sandbox.protocol import (
+    MAX_SKIPPED,
     CellOutcome,
     LoadReport,
     OutputCapture,
+    SkippedLine,
     WorkerLost,
     _clean_error,
     _index,
     _recv,
     _send,
+    _skipped_line,
 )
 from grader.sandbox.reaping import _parent_of, _peer_pid, _peer_uid, kill_descendants
 from grader.sandbox.session import Session
 from grader.submission import Cell
 
-if TYPE_CHECKING:  # never imported by a `grade` process: only a warm batch's judges have them
+if TYPE_CHECKING:
+    from grader.folder import FolderCopy
+
+    # Never imported by a `grade` process: only a warm batch's judges have them.
     from grader.sandbox.forked import Forked
 
 
@@ -121,8 +127,11 @@ class Sandbox:
     # A warm template to fork workers from (warm.py; set by warm.use() in a batch's judge server).
     template: ClassVar[WorkerTemplate | None] = None
 
-    def __init__(self, cells: list[Cell], limits: Limits, *, allow_cuda: bool = False, python: str | None = None):
+    def __init__(self, cells: list[Cell], limits: Limits, *, allow_cuda: bool = False, python: str | None = None,
+                 folder: FolderCopy | None = None, notebook: bool = True):
         self.cells = cells
+        self.folder = folder  # the notebook's folder, copied into work/ before the worker starts (folder.py)
+        self.notebook = notebook  # False: a .py submission (a cell's last expression is not displayed)
         self.limits = limits
         self.allow_cuda = allow_cuda
         self.python = python or sys.executable
@@ -151,6 +160,14 @@ class Sandbox:
             os.chmod(self.socket_path, 0o660)
             os.chown(self.workdir, self.uid.uid, self.uid.gid)
             os.chmod(self.workdir, 0o700)
+        try:
+            self.cwd = self._copy_folder()
+        except BaseException:  # Ctrl-C while copying: nothing started yet that would remove it
+            self.listener.close()
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            if self.uid is not None:
+                self.uid.release()
+            raise
         self.cgroup = cgroups.create(f"{cgroups.PREFIX}{os.getpid()}-{self.token}", limits.memory_mb, limits.pids) if switched_on(CGROUP_SWITCH) else None
         self._confined: dict[str, Any] = {}
         self._peer_uid: int | None = None
@@ -167,6 +184,16 @@ class Sandbox:
         self._session_lock = threading.Lock()
         self._skip: dict[int, CellOutcome] = {}
         self._total_deadline: float | None = None
+
+    def _copy_folder(self) -> Path | None:
+        """The notebook's folder, copied into work/ (its current directory), owned by the submission."""
+        if self.folder is None:
+            return None
+        cwd = self.folder.copy_into(self.workdir, self.limits.file_mb << 20)
+        if self.uid is not None:
+            for path in [cwd, *cwd.rglob("*")]:
+                os.lchown(path, self.uid.uid, self.uid.gid)
+        return cwd
 
     # -- lifecycle -----------------------------------------------------------------
     def __enter__(self) -> Sandbox:
@@ -422,6 +449,8 @@ class Sandbox:
             "op": "load",
             "cells": runnable,
             "workdir": str(self.workdir),
+            "cwd": str(self.cwd) if self.cwd is not None else None,
+            "notebook": self.notebook,
             "shared": str(self.shared_dir),
             "cuda": self.allow_cuda,
             "landlock": switched_on(LANDLOCK_SWITCH),
@@ -439,6 +468,7 @@ class Sandbox:
         except OSError as error:
             raise WorkerLost("exited", str(error)) from None
         seen: dict[int, CellOutcome] = {}
+        skipped: list[SkippedLine] = []
         current: int | None = None
         confined = False
         while True:
@@ -464,15 +494,19 @@ class Sandbox:
                     error = _clean_error(event.get("error"))
                     seen[index] = CellOutcome(index, "error" if error else "ok", error)
                     current = None
+                elif kind == "skipped":
+                    line = _skipped_line(event, {c.index for c in self.cells})
+                    if line is not None and len(skipped) < MAX_SKIPPED:
+                        skipped.append(line)
                 elif kind == "loaded":
-                    return self._loaded(event, seen)
+                    return self._loaded(event, seen, skipped)
             except WorkerLost as lost:
                 if current is None:
                     raise
                 status = "timeout" if lost.reason == "timeout" else "crashed"
                 raise _CellKilled(CellOutcome(current, status, {"type": status, "message": lost.detail})) from None
 
-    def _loaded(self, event: dict[str, Any], seen: dict[int, CellOutcome]) -> LoadReport:
+    def _loaded(self, event: dict[str, Any], seen: dict[int, CellOutcome], skipped: list[SkippedLine]) -> LoadReport:
         names = event.get("names")
         blocked = event.get("blocked_imports")
         return LoadReport(
@@ -482,6 +516,7 @@ class Sandbox:
             cuda_initialized=event.get("cuda_initialized") is True,
             restarts=0,
             landlock=self.landlock,
+            skipped=skipped,
         )
 
     def _reload(self, deadline: float) -> None:

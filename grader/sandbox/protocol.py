@@ -11,10 +11,12 @@ import socket
 import struct
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 MAX_FRAME = 16 << 20  # no correct reply is near this; a larger one is refused unread
+MAX_SKIPPED = 50  # lines reported as not run while grading, per submission
+SKIP_REASONS = ("shell", "install", "debugger", "network", "program")
 
 
 class WorkerLost(Exception):
@@ -38,6 +40,16 @@ class CellOutcome:
 
 
 @dataclass
+class SkippedLine:
+    """A line of a cell that did not run while grading (a shell command, an install, a debugger)."""
+
+    index: int  # the cell
+    line: int | None  # its line, when the worker could tell
+    text: str  # the line as typed (the student's text: sanitised with the rest)
+    reason: str  # one of SKIP_REASONS
+
+
+@dataclass
 class LoadReport:
     cells: list[CellOutcome]
     names: dict[str, dict[str, Any]]
@@ -46,6 +58,7 @@ class LoadReport:
     restarts: int
     failed: str | None = None  # why loading never finished, if it did not
     landlock: int = 0  # the Landlock ABI the submission runs under (0: none)
+    skipped: list[SkippedLine] = field(default_factory=list)
 
 
 @dataclass
@@ -157,6 +170,14 @@ def _clean_error(raw: Any) -> dict[str, Any] | None:
         "rejected_return": raw.get("rejected_return") is True,
         "isa": [str(name)[:40] for name in raw.get("isa", [])][:20] if isinstance(raw.get("isa"), list) else [],
     }
+
+
+def _skipped_line(event: dict[str, Any], cells: set[int]) -> SkippedLine | None:
+    """A skipped-line event, if it names a cell of this submission and a known reason (else ignored)."""
+    index, line, text, reason = event.get("index"), event.get("line"), event.get("text"), event.get("reason")
+    if type(index) is not int or index not in cells or reason not in SKIP_REASONS or not isinstance(text, str):
+        return None
+    return SkippedLine(index, line if type(line) is int and 0 < line < 1 << 20 else None, text[:300], reason)
 
 
 def _index(event: dict[str, Any]) -> int:
