@@ -30,10 +30,9 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
-import grader
 from grader.config import NotebookEnvironment
 
-CHECKOUT = Path(grader.__file__).resolve().parent.parent
+CHECKOUT = Path(__file__).resolve().parent.parent  # the folder above the grader package
 # Inside the grader's own checkout: what is never copied (the grader, the answer key and its source).
 CHECKOUT_PRIVATE = ("grader", "reference", "student_template", "notebooks/source", "notebooks/paged_attention_solution.ipynb", ".git")
 # Files whose bytes are the answer key's, wherever they lie.
