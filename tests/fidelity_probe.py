@@ -91,6 +91,8 @@ def __pa_probe():
     here = ns.get("_dh", [_os.getcwd()])[0]
     with open(_os.path.join(here, "__pa_probe__.json"), "w") as f:
         f.write(_json.dumps(out, sort_keys=True))
+    # The grader's work folder is a tmpfs in the worker's own mount namespace: the test reads this line.
+    print("\n__PA_PROBE__" + _json.dumps(out, sort_keys=True))
 
 
 __pa_probe()

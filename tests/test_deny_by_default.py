@@ -254,7 +254,9 @@ def test_the_work_folder_keeps_what_was_put_there(tmp_path: Path) -> None:
         report = sandbox.load()
         assert report.failed is None, report.failed
     output = sandbox.output()[0]
-    assert "DATA a,b\n1,2\n ['data'] False" in output, output[-1000:]  # a link is not carried in
+    # No notebook folder here, so work/ is both the current folder and HOME, where IPython keeps
+    # its profile (.ipython) as a kernel does in its home; a grading's notebook runs in work/NAME.
+    assert "DATA a,b\n1,2\n ['.ipython', 'data'] False" in output, output[-1000:]  # a link is not carried in
 
 
 def _cell(index: int, source: str):  # noqa: ANN202

@@ -19,6 +19,7 @@ kills the process that started it), and what is not a notebook (hostile/input_no
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 import shutil
@@ -42,6 +43,7 @@ from tests.fidelity_probe import PROBE
 pytestmark = pytest.mark.slow
 
 CONFIG = load_config()
+PROBE_LINE = "__PA_PROBE__"
 NOT_IN_A_BARE_KERNEL = {"kill_judge.ipynb", "input_not_json.ipynb"}
 # What a skipped line may make the kernel's cell raise (the grader's ran through).
 KERNEL_RAISES_FOR = {
@@ -136,15 +138,17 @@ def grader_run(path: Path, stop_before: int | None = None) -> tuple[dict[int, st
             cells = [c for c in cells if c.index < stop_before]
         probe = Cell(max((c.index for c in cells), default=0) + 1, PROBE)
         notebook = folder / path.name
-        with Sandbox([*cells, probe], CONFIG.limits, folder=plan(notebook, folder, CONFIG.notebook)) as sandbox:
+        limits = dataclasses.replace(CONFIG.limits, output_kb=1 << 14)  # the probe's line after all a notebook prints
+        with Sandbox([*cells, probe], limits, folder=plan(notebook, folder, CONFIG.notebook)) as sandbox:
             report = sandbox.load()
             assert report.failed is None, (report.failed, sandbox.output()[0][-3000:])
             outcomes = {c.index: ((c.error or {}).get("type") if c.status == "error" else None if c.status == "ok" else c.status)
                         for c in report.cells if c.index != probe.index and c.status != "not_run"}
-            assert sandbox.cwd is not None
-            result = sandbox.cwd / "__pa_probe__.json"
-            found = json.loads(result.read_text()) if result.exists() else None
-            return outcomes, found, report.skipped
+        # The file the probe writes is in the worker's tmpfs, out of the judge's sight: its line in
+        # the output, read once the sandbox is closed (all the worker wrote has been read then).
+        lines = [line for line in sandbox.output()[0].splitlines() if line.startswith(PROBE_LINE)]
+        found = json.loads(lines[-1][len(PROBE_LINE):]) if lines else None
+        return outcomes, found, report.skipped
 
 
 def _kernel(job: tuple[Path, int | None]) -> tuple[Path, int | None, tuple[dict[int, str | None], dict[str, Any] | None]]:
