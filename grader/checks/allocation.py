@@ -23,7 +23,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 
 from grader.checks.base import Inconclusive, ItemContext, Need, hypothesis_settings
 from grader.checks.pool import Pool, Req
-from grader.checks.running import grade_item
+from grader.checks.running import Explore, grade_item
 from grader.results import Failure
 
 # Corner cases, as small programs (the form Pool.program records, so any example can be run
@@ -273,11 +273,16 @@ NEEDS = {
 def check_machine(ctx: ItemContext) -> Failure | None:
     todo = "TODO 2" if ctx.item_id.startswith("todo2") else "TODO 3"
 
-    def plan(run: ItemContext) -> tuple[list[Callable[[], None]], Callable[[], None]]:
-        machine = seed(run.config.hypothesis.seed)(make_machine(run, todo))
-        settings = hypothesis_settings(run.config, run.config.hypothesis.stateful_examples, stateful=True)
+    def plan(run: ItemContext) -> tuple[list[Callable[[], None]], Explore]:
         programs = PREFILL_CORNERS if todo == "TODO 2" else DECODE_CORNERS
         corners = [lambda program=program: run_program(run, program, todo) for program in programs]
-        return corners, lambda: run_state_machine_as_test(machine, settings=settings)
 
-    return grade_item(ctx, ctx.item_id.split(".")[0], 3, plan, NEEDS[ctx.item_id])
+        def explore(round_: int, examples: int) -> None:
+            machine = seed(run.seed(round_))(make_machine(run, todo))
+            settings = hypothesis_settings(run.config, examples or run.config.hypothesis.stateful_examples, stateful=True)
+            run_state_machine_as_test(machine, settings=settings)
+
+        return corners, explore
+
+    todo_id = ctx.item_id.split(".")[0]
+    return grade_item(ctx, todo_id, [item for item in NEEDS if item.startswith(todo_id)], plan, NEEDS[ctx.item_id])

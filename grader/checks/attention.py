@@ -37,7 +37,7 @@ from grader.checks.attention_cases import (
 )
 from grader.checks.base import Abort, ItemContext, Need, hypothesis_settings
 from grader.checks.dense import TOLERANCE_FLOOR, dense_attention, diagnose, tolerance
-from grader.checks.running import grade_item, run_item
+from grader.checks.running import Explore, grade_item, run_item
 from grader.checks.script import Line, Script
 from grader.results import Failure
 
@@ -453,7 +453,7 @@ def _on(case: Case, device: str) -> Case:
 SURVEYED = (BASE, *FEATURE_OF, INPUTS)
 
 
-def plan(run: ItemContext) -> tuple[list[Callable[[], None]], Callable[[], None]]:
+def plan(run: ItemContext) -> tuple[list[Callable[[], None]], Explore]:
     device = "cuda" if run.focus == CUDA else "cpu"
     if run.focus is None:
         histories_ = [h for item in SURVEYED for h in corners(item)]
@@ -462,11 +462,14 @@ def plan(run: ItemContext) -> tuple[list[Callable[[], None]], Callable[[], None]
     else:
         chosen = corners(run.focus, device)
 
-    @seed(run.config.hypothesis.seed)
-    @hypothesis_settings(run.config, run.config.hypothesis.attention_examples)
-    @given(histories(FEATURE_OF.get(run.focus or ""), device))
-    def explore(history: list[Case]) -> None:
-        check_history(run, history)
+    def explore(round_: int, count: int) -> None:
+        @seed(run.seed(round_))
+        @hypothesis_settings(run.config, count or run.config.hypothesis.attention_examples)
+        @given(histories(FEATURE_OF.get(run.focus or ""), device))
+        def test(history: list[Case]) -> None:
+            check_history(run, history)
+
+        test()
 
     return [lambda history=history: check_history(run, history) for history in chosen], explore
 
@@ -484,7 +487,7 @@ def check_attention(ctx: ItemContext) -> Failure | None:
     if ctx.item_id == CUDA:  # its own process (a CUDA context cannot be forked), its own run
         corner_runs, explore = plan(ctx)
         return run_item(ctx, corner_runs, explore, NEEDS[CUDA])
-    failure = grade_item(ctx, "todo5", len(SURVEYED), plan, NEEDS[ctx.item_id])
+    failure = grade_item(ctx, "todo5", SURVEYED, plan, NEEDS[ctx.item_id])
     if ctx.item_id == INPUTS and ctx.grading.mutations:
         return ctx.grading.mutations[0]  # a changed input, wherever it happened, before anything else
     return failure

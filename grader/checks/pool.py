@@ -35,7 +35,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from grader.checks.base import Inconclusive, ItemContext, raised, student_error
+from grader.checks.frame import SharedPool
 from grader.checks.script import Line, Script
 
 PROPS = {
@@ -96,42 +99,123 @@ class Pool:
         if not reply.ok:
             raise student_error(ctx, reply, "KVCacheManager(...)", todo_label)
         self.manager = int(reply.value)
-        state = self._observe(self._call("observe"), "KVCacheManager(...)", None)
+        self.props = PROPS["prefill" if todo_label == "TODO 2" else "decode"]
+        self.type_broken = False  # a call left a container of the wrong type (its item was told)
+        self.wrong_now: set[str] = set()  # parts of the state wrong after the last step (told once, when they went wrong)
+        state = self._observe(self._call("observe"), "KVCacheManager(...)")
         if sorted(state.free) != list(range(num_blocks)):
             self._given("init", "新建的管理器应当所有块都空闲", "a new manager should have every block free", str(list(range(num_blocks))), str(state.free))
         self.free = state.free
+        self.shape = (num_blocks, block_size, head_dim)
+        self.pool: SharedPool | None = self._share_pool()
 
     # -- reading the student's state ------------------------------------------------------
     def _call(self, op: str, **fields: Any) -> Any:
         spec = {"manager": self.manager, "requests": [r.handle for r in self.requests]}
         return self.ctx.call(op, snapshot=spec, **fields)
 
-    def _observe(self, reply: Any, step: str, owner: str | None) -> State:
-        """The state after a step.  Unreadable state fails the step's owner when it is graded."""
+    def _share_pool(self) -> SharedPool | None:
+        """Distinct values in every slot of the pool, in a file the judge reads itself after each call
+        (grader/checks/frame.py): prefill and decode must never change KV data."""
+        values = np.arange(math.prod(self.shape), dtype=np.float32)
+        pool = self.ctx.share_pool(values.tobytes())
+        if pool is None:
+            return None
+        self.script.add(
+            f"m.physical_kv_cache = torch.arange({math.prod(self.shape)}, dtype=torch.float32).view{self.shape}",
+            "distinct values in every slot of the pool", "池中每个位置的值都不同",
+        )
+        reply = self.ctx.call("share_pool", manager=self.manager, shared=pool.spec, shape=list(self.shape), dtype="float32")
+        if not reply.ok:
+            raise student_error(self.ctx, reply, "m.physical_kv_cache = ...", self.todo)
+        return pool
+
+    def _observe(self, reply: Any, step: str, req: Req | None = None, oom: bool = False) -> State:
+        """The state after a step, every part of it the contract fixes: free_blocks a list of ints,
+        each request's seq_len an int and block_table a list of ints, the pool's contents.
+
+        A part that cannot be read, or has the wrong type, fails the item that reads it: after a
+        TODO call, the call's own item for its request's table and length, its ownership item for
+        the free list, the other requests and the pool (its OOM item for all of it, on an OOM);
+        after a set-up step, every item of the TODO.  Unreadable state ends the example; a wrong
+        container type with readable values is adopted and the example goes on.
+        """
         state = reply.state or {}
-        free = _read(state.get("free_blocks"))
-        problem = None if free is not None else f"free_blocks: {str(state.get('free_blocks'))[:200]}"
+        problems: list[tuple[str, str, str, bool]] = []  # (part, label, what is wrong, whether the values are lost)
+        wrong: set[str] = set()
+        free, why = _read_list(state.get("free_blocks"), "free_blocks")
+        if why:
+            wrong.add("free_blocks")
+            if "free_blocks" not in self.wrong_now or free is None:
+                problems.append(("free", "free_blocks", why, free is None))
         requests: dict[str, tuple[int, list[int]]] = {}
         for r in self.requests:
             raw = (state.get("requests") or {}).get(str(r.handle), {})
-            seq_len, table = _read(raw.get("seq_len")), _read(raw.get("block_table"))
-            if seq_len is None or table is None:
-                problem = problem or f"{r.name}: {str(raw)[:200]}"
-                continue
-            requests[r.name] = (seq_len, table)
-        if problem is None:
+            seq_len, why_len = _read_int(raw.get("seq_len"), f"{r.name}.seq_len")
+            table, why_table = _read_list(raw.get("block_table"), f"{r.name}.block_table")
+            part = "own" if r is req else "others"
+            for label, why_part, value in ((f"{r.name}.seq_len", why_len, seq_len), (f"{r.name}.block_table", why_table, table)):
+                if why_part:
+                    wrong.add(label)
+                    if label not in self.wrong_now or value is None:  # a step is blamed only for what it broke
+                        problems.append((part, label, why_part, value is None))
+            if seq_len is not None and table is not None:
+                requests[r.name] = (seq_len, table)
+        pool_problem = self._pool_problem(state) if req is not None else None
+        if pool_problem:
+            problems.append(("pool", "pool", pool_problem, False))
+        self.wrong_now = wrong
+        if not problems:
             return State(free, requests)
-        if owner is not None and self.ctx.focused(owner):
-            self.script.note(f"after this step the state cannot be read: {problem}", f"这一步之后无法读取状态：{problem}")
-            raise self.ctx.fail(
-                "wrong",
-                f"{step} 之后 free_blocks / seq_len / block_table 不再是 int 或 int 列表",
-                f"after {step}, free_blocks / seq_len / block_table are no longer ints or lists of ints",
-                actual=problem,
-            )
-        if owner is not None:
-            self.ctx.record(owner, f"{step} 之后状态无法读取", f"after {step} the state cannot be read")
-        raise Inconclusive(problem)
+        self._blame(problems, step, req, oom)
+        if any(lost for *_, lost in problems):
+            raise Inconclusive(problems[0][2])
+        return State(free, requests)  # wrong types, readable values: the example goes on from them
+
+    def _pool_problem(self, state: dict[str, Any]) -> str:
+        """What a TODO call did to the pool: replaced it, or wrote into it (read by the judge itself)."""
+        if self.pool is None:
+            return ""
+        same = (state.get("pool") or {}).get("same")
+        if not (isinstance(same, dict) and same.get("ok") is True):
+            self.pool = None  # not the judge's tensor any more: nothing more to read
+            return "m.physical_kv_cache was replaced by another tensor (KV data must never change here)"
+        now = self.pool.read()
+        if now == self.pool.data:
+            return ""
+        before = np.frombuffer(self.pool.data, dtype=np.float32).reshape(self.shape)
+        after = np.frombuffer(now, dtype=np.float32).reshape(self.shape)
+        blocks = sorted({int(b) for b in np.argwhere(~((before == after) | (np.isnan(before) & np.isnan(after))))[:, 0]})
+        self.pool.data = now  # adopted: later calls are judged from here
+        return f"KV data of block(s) {blocks[:10]} changed (prefill and decode never change KV data)"
+
+    def _blame(self, problems: list[tuple[str, str, str, bool]], step: str, req: Req | None, oom: bool) -> None:
+        """Each problem to the item that read that part of the state (see `_observe`)."""
+        blamed: dict[str, list[tuple[str, str]]] = {}
+        for part, label, why, _ in problems:
+            if req is None:
+                props = list(self.props.values())
+            elif oom:
+                props = [self.props["oom"]]
+            else:
+                props = [self.props["count"] if part == "own" else self.props["own"]]
+            for prop in props:
+                blamed.setdefault(prop, []).append((label, why))
+            if part != "pool":
+                self.type_broken = True
+        for prop, found in blamed.items():
+            what = "; ".join(why for _, why in found)
+            zh = f"{step} 之后状态不符合约定（free_blocks 为 int 列表、seq_len 为 int、block_table 为 int 列表、不改 KV 数据）：{what}"
+            en = f"after {step}, the state breaks the contract (free_blocks a list of ints, seq_len an int, block_table a list of ints, KV data unchanged): {what}"
+            if not self.ctx.focused(prop):
+                self.ctx.record(prop, zh, en)
+                self.diverged = True
+                continue
+            if req is not None and any(label == "pool" for label, _ in found):
+                self.script.lines.insert(len(self.script.lines) - 1, Line("pool_before, pool_object = m.physical_kv_cache.clone(), m.physical_kv_cache"))
+            for label, _ in found:
+                self.script.expect(*_contract_assert(label))
+            raise self.ctx.fail("wrong", zh, en, expected="free_blocks: list of ints, seq_len: int, block_table: list of ints, the pool unchanged", actual=what)
 
     def _state(self) -> State:
         return State(list(self.free), {r.name: (r.seq_len, list(r.table)) for r in self.requests})
@@ -240,8 +324,8 @@ class Pool:
         reply = self._call("method", target=self.manager, name=method, args=[req.handle])
         if not reply.ok and (reply.error or {}).get("not_implemented") and self.ctx.nothing_yet():
             raise student_error(self.ctx, reply, step, self.todo)
-        owner = PROPS["prefill" if method == "allocate_for_prefill" else "decode"]["count"]
-        after = self._observe(reply, step, owner)
+        oom = not reply.ok and raised(reply, "RuntimeError")
+        after = self._observe(reply, step, req, oom)
         others = [r.name for r in self.requests if r is not req and after.requests[r.name] != (r.seq_len, r.table)]
         capture = f"free_before, table_before, len_before = list(m.free_blocks), list({req.name}.block_table), {req.name}.seq_len"
         if len(self.requests) > 1:
@@ -301,9 +385,10 @@ class Pool:
         else:
             self.script.add(code, *comment)
         reply = self._call("permute", manager=self.manager, order=order)
+        state = self._observe(reply, code)
         if not reply.ok:
             raise Inconclusive("the free list cannot be reordered as a list")
-        self._adopt(self._observe(reply, "set-up", None))
+        self._adopt(state)
 
     # -- TODO 3 ------------------------------------------------------------------------------
     def place(self, req: Req, indices: list[int]) -> None:
@@ -316,9 +401,10 @@ class Pool:
         else:
             self.script.add(code, *comment)
         reply = self._call("place", manager=self.manager, request=req.handle, indices=indices)
+        state = self._observe(reply, code)
         if not reply.ok:
             raise Inconclusive("the free list cannot be used as the given code uses it")
-        self._adopt(self._observe(reply, "set-up", None))
+        self._adopt(state)
 
     def decode(self, req: Req) -> None:
         props = PROPS["decode"]
@@ -511,10 +597,12 @@ class Pool:
                 self._given("release", "release_request 没有拒绝无效的块表（ValueError）", "release_request did not refuse an invalid block table with ValueError", "ValueError", "no ValueError")
             raise Inconclusive("the state left by an earlier step cannot be released")
         if not reply.ok:
+            if self.type_broken:  # a TODO call left a tuple (say) where the given code needs a list: its item was told
+                raise Inconclusive("release_request cannot use what an earlier call left")
             error = reply.error or {}
             self._given("release", f"release_request 意外抛出 {error.get('type')}", f"release_request raised {error.get('type')}: {str(error.get('message'))[:200]}", "success", str(error.get("type")))
             raise Inconclusive("release_request raised")
-        after = self._observe(reply, step, None)
+        after = self._observe(reply, step)
         want = sorted(before.free + req.table)
         if after.requests[req.name][1] != [] or after.free != want:
             n = req.name
@@ -536,8 +624,43 @@ def _blocks(count: int) -> str:
     return f"{count} block" if count == 1 else f"{count} blocks"
 
 
-def _read(observed: Any) -> Any:
-    """The value of an observation {"ok": value}, or None when the worker could not read it."""
+def _contract_assert(label: str) -> tuple[str, str, str]:
+    """The reproduction's assert for one part of the state the contract fixes."""
+    if label == "pool":
+        return (
+            "m.physical_kv_cache is pool_object and torch.equal(m.physical_kv_cache, pool_before)",
+            "prefill and decode never change KV data: the pool was replaced or written",
+            "prefill 与 decode 绝不改变 KV 数据：池被替换或被写入",
+        )
+    target = "m.free_blocks" if label == "free_blocks" else label
+    if label.endswith(".seq_len"):
+        return (f"isinstance({target}, int)", f"{label} should be an int, got {{{target}!r}}", f"{label} 应为 int，实际 {{{target}!r}}")
+    return (
+        f"isinstance({target}, list) and all(isinstance(b, int) for b in {target})",
+        f"{label} should be a list of ints, got {{{target}!r}}",
+        f"{label} 应为 int 列表，实际 {{{target}!r}}",
+    )
+
+
+def _read_list(observed: Any, what: str) -> tuple[list[int] | None, str]:
+    """A list of ints from an observation, and what is wrong with it ("" if nothing).
+
+    The values come back when they could be read (a tuple of ints: the values, and "a tuple")."""
     if isinstance(observed, dict) and "ok" in observed:
-        return observed["ok"]
-    return None
+        kind = observed.get("type", "list")
+        return observed["ok"], ("" if kind == "list" else f"{what} is a {kind}, not a list: {observed['ok']}")
+    return None, f"{what} cannot be read as a list of ints: {_shown(observed)}"
+
+
+def _read_int(observed: Any, what: str) -> tuple[int | None, str]:
+    if isinstance(observed, dict) and "ok" in observed:
+        return observed["ok"], ""
+    return None, f"{what} is not an int: {_shown(observed)}"
+
+
+def _shown(observed: Any) -> str:
+    error = observed.get("error") if isinstance(observed, dict) else None
+    if not isinstance(error, dict):
+        return "missing"
+    shown, message = str(error.get("shown", "")), str(error.get("message", ""))
+    return f"{shown} ({message})" if shown else message or "unreadable"
