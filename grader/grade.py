@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import threading
 import time
+import traceback
 from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from grader import given_code, integrity
 from grader.config import Config, RubricItem
-from grader.results import FAILED, NOT_RUN, PASSED, CellReport, Failure, GradeResult, ItemResult, Text
+from grader.results import FAILED, GRADER_ERROR, NOT_RUN, PASSED, CellReport, Failure, GradeResult, ItemResult, Text
 from grader.sandbox.client import LoadReport, Sandbox
 from grader.sanitize import sanitize_result
 from grader.submission import Submission, SubmissionError, load_submission
@@ -219,23 +220,30 @@ def _run_todos(todos: list[str], *, by_todo: dict[str, list[RubricItem]], checks
                 # Never counted on a machine without a GPU, whatever the submission did.
                 outcomes.append(_item(item, NOT_RUN, _no_gpu()))
                 continue
-            outcomes.append(_run_item(item, checks, required_names, sandbox, report, config, device, deadline, grading))
+            try:
+                outcomes.append(_run_item(item, checks, required_names, sandbox, report, config, device, deadline, grading))
+            except Exception as error:  # a grader bug outside the check itself: still this item alone
+                outcomes.append(_item(item, FAILED, grader_error(error)))
     return outcomes
 
 
 def _given_code(submission: Submission, sandbox: Sandbox, report: LoadReport, config: Config, deadline: float, grading: Grading) -> list[Failure]:
     """Edits of given code (by the AST) and given behaviour that differs (by running it)."""
     from grader.checks.base import ItemContext
-    from grader.checks.given import check_given
+    from grader.checks.given import bound_methods, check_given
 
-    edits = [Failure("given_changed", note) for note in given_code.changed([c.source for c in submission.cells])]
+    notes = given_code.changed([c.source for c in submission.cells])
+    broken: list[Failure] = []
     if not report.failed and time.monotonic() < deadline:
         ctx = ItemContext(sandbox, config, "given", deadline, grading)
         try:
+            notes += given_code.bound_changes(bound_methods(ctx, set(report.names)), notes)
             check_given(ctx, set(report.names))
+        except Exception as error:  # a grader bug in a courtesy check: said, and nothing else lost
+            broken.append(grader_error(error))
         finally:
             ctx.close()
-    return edits + list(grading.given.values())
+    return [Failure("given_changed", note) for note in notes] + list(grading.given.values()) + broken
 
 
 def _run_item(
@@ -272,13 +280,37 @@ def _timed(item: RubricItem, check: Check, sandbox: Sandbox, config: Config, sta
     ctx = ItemContext(sandbox, config, item.id, deadline, grading)
     try:
         failure = check(ctx)
+    except Exception as error:  # the check's own bug: this item alone, in the grader's words
+        failure = grader_error(error)
     finally:
-        ctx.close()
+        try:
+            ctx.close()
+        except Exception:
+            pass
     result = _item(item, PASSED if failure is None else FAILED, failure)
     result.examples = ctx.examples
     result.exercised = sum(n for key, n in ctx.counts.items() if key.split(":")[0] == item.id)
     result.seconds = round(time.monotonic() - started, 3)
     return result
+
+
+def grader_error(error: BaseException) -> Failure:
+    """An item whose own check raised: a grader bug, said in the grader's words only.
+
+    The exception's text may quote what the submission returned, so it is never shown; its type
+    and where in the grader it was raised are enough for a bug report.
+    """
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if "/grader/" in f.filename.replace("\\", "/")]
+    where = f"{Path(frames[-1].filename).name}:{frames[-1].lineno} ({frames[-1].name})" if frames else "?"
+    kind = type(error).__name__
+    return Failure(
+        GRADER_ERROR,
+        Text(
+            f"评分器在检查本项时出错（{kind}，{where}）：这是评分器的问题，不是你的；本项暂不计分，请告诉助教",
+            f"the grader failed while checking this item ({kind} at {where}): a bug in the grader, not in your code; this item is not scored, please tell the TAs",
+        ),
+        actual=f"{kind} at {where}",
+    )
 
 
 def _no_gpu() -> Failure:

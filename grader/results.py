@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 PASSED, FAILED, NOT_RUN = "passed", "failed", "not_run"
+GRADER_ERROR = "grader_error"  # a Failure kind: the grader's own check raised (a bug of ours, never the student's)
 
 
 @dataclass
@@ -99,6 +100,11 @@ class GradeResult:
         if not possible:
             return 0.0
         return round(100.0 * sum(item.score for item in counted) / possible, 2)
+
+    def grader_errors(self) -> list[str]:
+        """The items (and "given code") whose check failed by a bug of the grader's own."""
+        found = [item.id for item in self.items if item.failure is not None and item.failure.kind == GRADER_ERROR]
+        return found + ["given code" for g in self.given_code if g.kind == GRADER_ERROR][:1]
 
     def todo_scores(self) -> dict[str, tuple[float, float]]:
         """Per TODO: (points earned, points possible) among the items that ran."""

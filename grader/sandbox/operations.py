@@ -23,6 +23,7 @@ from _pa_sandbox_wire import (  # noqa: I001
     _dumps,
     _pack,
     _safe_str,
+    code_fingerprint,
     describe_error,
     int_list,
     plain,
@@ -115,6 +116,17 @@ class Session:
         manager.physical_kv_cache = pool
         self.pools[msg["manager"]] = pool
         return None
+
+    def op_given_methods(self, msg):
+        """The code of each given method as bound now, reached the way a call reaches it (through
+        the class bound to the contract's name, its bases, decorators, setattr, later
+        assignments): a digest of its fingerprint, or what else is bound there."""
+        found = {}
+        for name, methods in msg["methods"].items():
+            cls = self.ns.get(name)
+            for method in methods:
+                found[f"{name}.{method}"] = _bound_code(cls, method)
+        return {"__dict__": [[k, v] for k, v in found.items()]}
 
     def op_ledger(self, msg):
         return plain(self.keep(msg, self.ns["estimate_kv_cache_bytes"](*msg.get("args", []), **msg.get("kwargs", {}))))
@@ -247,6 +259,25 @@ def _show(get):
         return _safe_str(get())[:200]
     except BaseException:
         return "<unreadable>"
+
+
+def _bound_code(cls, method):
+    if not isinstance(cls, type):
+        return "not a class"
+    try:
+        for klass in type.__dict__["__mro__"].__get__(cls):
+            attrs = type.__dict__["__dict__"].__get__(klass)
+            if method in attrs:
+                function = attrs[method]
+                break
+        else:
+            return "missing"
+        code = function.__code__ if type(function).__name__ == "function" else None
+        if code is None or function.__defaults__ or function.__kwdefaults__ or function.__closure__:
+            return "not the template's plain function"
+        return _sha256(code_fingerprint(code).encode()).hexdigest()
+    except BaseException:
+        return "unreadable"
 
 
 def _digest(value):
