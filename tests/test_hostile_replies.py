@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 import grader.sandbox as sandbox_package
 from grader.checks import CHECKS
-from grader.checks.base import Grading, ItemContext
 from grader.checks import given as given_checks
+from grader.checks.base import Grading, ItemContext
 from grader.checks.given import bound_methods
 from grader.config import load_config
 from grader.results import Failure
