@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grader import given_code, integrity
+from grader import given_code, integrity, seeds
 from grader.config import Config, RubricItem
 from grader.results import FAILED, GRADER_ERROR, NOT_RUN, PASSED, CellReport, Failure, GradeResult, ItemResult, Text
 from grader.sandbox.client import LoadReport, Sandbox
@@ -51,7 +51,7 @@ def resolve_device(device: str) -> str:
 def with_seed(config: Config, seed: int | None) -> Config:
     if seed is None:
         return config
-    return dataclasses.replace(config, hypothesis=dataclasses.replace(config.hypothesis, seed=seed))
+    return dataclasses.replace(config, hypothesis=dataclasses.replace(config.hypothesis, seed=seed), seed_source="command line")
 
 
 def grade_path(path: Path, config: Config, device: str = "auto", todos: Collection[str] | None = None) -> GradeResult:
@@ -78,6 +78,7 @@ def grade_path(path: Path, config: Config, device: str = "auto", todos: Collecti
 
 def grade_submission(submission: Submission, config: Config, device: str, todos: Collection[str] | None = None) -> GradeResult:
     """Grade every rubric item, or only the items of `todos` (e.g. {"todo3"}) when given."""
+    config, random_cases = seeds.seeded(config, submission.sha256)  # cases the student cannot know in advance
     result = GradeResult(
         submission=str(submission.path),
         sha256=submission.sha256,
@@ -86,6 +87,7 @@ def grade_submission(submission: Submission, config: Config, device: str, todos:
         notes=[Text(zh, en) for zh, en in submission.notes],
         flags=integrity.scan(submission),
         device=device,
+        random_cases=seeds.describe_both(random_cases, config),
     )
     deadline = time.monotonic() + config.limits.total_budget_s
     with Sandbox(submission.cells, config.limits, allow_cuda=device == "cuda") as sandbox:

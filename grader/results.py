@@ -87,6 +87,7 @@ class GradeResult:
     device: str = "cpu"
     isolation: dict[str, Any] = field(default_factory=dict)  # what confined the submission while it ran
     given_code: list[Failure] = field(default_factory=list)  # given (non-TODO) code changed or behaving differently
+    random_cases: dict[str, str] = field(default_factory=dict)  # {"kind": "secret" | "public" | "given", "zh": ..., "en": ...}
 
     @property
     def max_score(self) -> float:
@@ -147,4 +148,5 @@ class GradeResult:
             device=data.get("device", "cpu"),
             isolation=dict(data.get("isolation") or {}),
             given_code=[f for f in (failure(g) for g in data.get("given_code") or []) if f is not None],
+            random_cases={str(k): str(v) for k, v in (data.get("random_cases") or {}).items()},
         )
