@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import fnmatch
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from grader import gradescope_package, seeds
 from grader.config import load_config
