@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from hypothesis import given, seed
@@ -73,15 +73,19 @@ class Called:
     changed: list[str]  # inputs it modified
     out: np.ndarray | None  # the output as float64, when it was a tensor of the right shape
     digest: str = ""  # of the output as received (grader/checks/frame.py's tensor_digest)
+    earlier_changed: list[str] = field(default_factory=list)  # outputs of earlier calls it changed
 
 
 def call(ctx: ItemContext, case: Case, keep: int | None = None) -> Called:
     """One call of paged_attention: its verdict, the inputs it changed, its output.  With `keep`,
-    the session keeps the output, to tell later whether it changed (ctx.kept)."""
+    the session keeps the output, and says how the outputs kept before are after the call."""
     inputs = make_inputs(case)
     fields = {name: a.payload() for name, a in inputs.items()}
+    asked = ctx.kept.spec() if keep is not None else None
     if keep is not None:
         fields["keep"] = keep
+    if asked:
+        fields["snapshot"] = {"kept": asked}
     if case.scale_style != "default":
         fields.update(scale=case.scale, scale_style=case.scale_style)
     if case.reuse_caches:
@@ -105,7 +109,8 @@ def call(ctx: ItemContext, case: Case, keep: int | None = None) -> Called:
     if out is not None and list(out.shape) != list(inputs["query"].shape):
         out = None
     output = value.get("output")
-    return Called(judge(case, inputs, value), changed, out, tensor_digest(output) if isinstance(output, dict) else "")
+    earlier = ctx.kept.changed_in(reply.state, asked)
+    return Called(judge(case, inputs, value), changed, out, tensor_digest(output) if isinstance(output, dict) else "", earlier)
 
 
 def judge(case: Case, inputs: dict[str, Array], value: dict) -> Verdict | None:
@@ -326,7 +331,7 @@ def check_history(ctx: ItemContext, history: list[Case]) -> None:
             ctx.count(INPUTS + ":clean")
         if several:
             script.add("outs.append((out, out.clone()))")
-        if index and ctx.kept.changed(ctx):
+        if called.earlier_changed:
             _earlier_output_changed(ctx, script)
             return
 
@@ -475,9 +480,14 @@ def plan(run: ItemContext) -> tuple[list[Callable[[], None]], Explore]:
         chosen = corners(run.focus, device)
 
     def explore(round_: int, count: int) -> None:
+        force = FEATURE_OF.get(run.focus or "")
+        if round_ and force is None:  # a later round of a survey: the feature lagging most, every time
+            lagging = min(FEATURE_OF, key=lambda item: run.evidence[item] - run.config.evidence.minimum(item))
+            force = FEATURE_OF[lagging]
+
         @seed(run.seed(round_))
         @hypothesis_settings(run.config, count or run.config.hypothesis.attention_examples)
-        @given(histories(FEATURE_OF.get(run.focus or ""), device))
+        @given(histories(force, device))
         def test(history: list[Case]) -> None:
             check_history(run, history)
 

@@ -155,9 +155,8 @@ class ItemContext:
     def close_example(self) -> None:
         """The current random example ran to its end: each item whose property it checked gains one."""
         if self._open is not None:
-            for key, n in self.counts.items():
-                if n > self._open.get(key, 0):
-                    self.evidence[item_of(key)] += 1
+            checked = {item_of(key) for key, n in self.counts.items() if n > self._open.get(key, 0)}
+            self.evidence.update(checked)
             self._open = None
 
     def abandon_example(self) -> None:

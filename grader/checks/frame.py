@@ -14,9 +14,9 @@ Two means, by what a forgery could buy:
 - the pool lives in a file the judge made and the session child maps shared (`SharedPool`,
   as paged_attention's inputs do): its bytes are read by the judge itself, so no submission
   can hide a write into it;
-- earlier results live in the child; it reports their digests now (`result_digests`, taken
-  with a hash function bound before any cell ran) and the judge compares them with digests it
-  took itself of what it received.  A forged "unchanged" could only hide the submission's own
+- earlier results live in the child; a later call's reply says what their digests are after
+  it (the snapshot's `kept`, taken with a hash function bound before any cell ran), and the
+  judge compares them with digests it took itself of what it received.  A forged "unchanged" could only hide the submission's own
   mistake in its own grading, and a forged "changed" only costs itself.
 """
 
@@ -98,15 +98,19 @@ class Kept:
         self.digests[key] = digest
         self.labels[key] = label
 
-    def changed(self, ctx: Any) -> list[str]:
-        """The labels of the kept results whose value is not what the call returned any more."""
-        if not self.digests:
+    def spec(self) -> list[int] | None:
+        """What to add to a call's snapshot (`kept=`) for its reply to say how the kept results are
+        after it; None when nothing is kept yet."""
+        return sorted(self.digests) or None
+
+    def changed_in(self, state: dict[str, Any] | None, asked: list[int] | None) -> list[str]:
+        """The labels of the results asked about (`spec()` before the call) that are not what
+        their call returned any more, as the reply's snapshot says."""
+        if not asked:
             return []
-        keys = sorted(self.digests)
-        reply = ctx.call("result_digests", keys=keys)
-        if not reply.ok:
-            return [self.labels[k] for k in keys]  # the child cannot say: nothing earned from it
-        now = reply.value
-        return [self.labels[k] for k, digest in zip(keys, now, strict=False) if digest != self.digests[k]] + [
-            self.labels[k] for k in keys[len(now):]
+        now = (state or {}).get("kept")
+        if not isinstance(now, list):
+            return [self.labels[k] for k in asked]  # the child cannot say: nothing earned from it
+        return [self.labels[k] for k, digest in zip(asked, now, strict=False) if digest != self.digests[k]] + [
+            self.labels[k] for k in asked[len(now):]
         ]

@@ -94,17 +94,18 @@ def check_calls(ctx: ItemContext, calls: tuple[tuple[dict[str, int], str], ...])
     if several:
         script.add("import copy")
     for number, (d, style) in enumerate(calls, start=1):
-        _check_call(ctx, script, d, style, number if several else 0)
-        if several and number > 1 and ctx.kept.changed(ctx):
+        if _check_call(ctx, script, d, style, number if several else 0):
             _earlier_changed(ctx, script, number)
             return
 
 
-def _check_call(ctx: ItemContext, script: Script, d: dict[str, int], style: str, number: int) -> None:
+def _check_call(ctx: ItemContext, script: Script, d: dict[str, int], style: str, number: int) -> list[str]:
+    """One call, its fields checked; the earlier results of the example it changed (frame)."""
     comment = ("dtype_bytes left to its default, 2", "dtype_bytes 使用默认值 2") if style == "default_dtype" else ("", "")
     script.add(call_text(d, style), *comment)
-    key = ctx.kept.key()
-    reply = ctx.call("ledger", keep=key, **call_fields(d, style))
+    key, asked = ctx.kept.key(), ctx.kept.spec()
+    reply = ctx.call("ledger", keep=key, **({"snapshot": {"kept": asked}} if asked else {}), **call_fields(d, style))
+    changed = ctx.kept.changed_in(reply.state, asked)
     if not reply.ok:
         raise student_error(ctx, reply, "estimate_kv_cache_bytes", LABEL)
     ctx.kept.add(key, plain_digest(reply.value), f"call {number}")
@@ -128,6 +129,7 @@ def _check_call(ctx: ItemContext, script: Script, d: dict[str, int], style: str,
         raise ctx.fail("wrong", zh, en, expected=expected_text, actual=actual)
     if number:
         script.add(f"ledger{number}, saved{number} = ledger, copy.deepcopy(ledger)", "what this call returned, and a copy", "这次调用的返回值及其副本")
+    return changed
 
 
 def _earlier_changed(ctx: ItemContext, script: Script, number: int) -> None:

@@ -448,6 +448,8 @@ class Pool:
         if not added:
             if grows:
                 self._missed(props["own"], o, [("len(m.free_blocks) == len(free_before) - 1", "decode past a full block should take one free block: free_blocks {free_before} -> {m.free_blocks}", "块已满时 decode 应取走一个空闲块：free_blocks {free_before} -> {m.free_blocks}")])
+            elif self._check_ownership(props["own"], o, [], "[]", "decode"):
+                self.ctx.count(props["own"] + ":kept")  # took nothing, and nothing moved: ownership checked too
         elif self._check_ownership(props["own"], o, added, f"[b for b in {n}.block_table if b not in table_before]", "decode"):
             self.ctx.count(props["own"])
         self._finish(o.start, self._written(o, expected_oom=False))

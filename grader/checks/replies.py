@@ -97,11 +97,6 @@ def tensor(value: Any) -> None:
         raise Invalid("a tensor payload with a wrong shape")
 
 
-def maybe_tensor(value: Any) -> None:
-    if value is not None:
-        tensor(value)
-
-
 def attention(value: Any) -> None:
     if not isinstance(value, dict) or set(value) - {"output", "input_digests"}:
         raise Invalid("an attention reply of the wrong form")
@@ -111,21 +106,12 @@ def attention(value: Any) -> None:
         raise Invalid("input digests of the wrong form")
 
 
-def digests(value: Any) -> None:
-    """Digests of earlier results, in order: a hex string, or None for one that cannot be read."""
-    if not isinstance(value, list) or len(value) > MAX_ITEMS or not all(v is None or (isinstance(v, str) and len(v) <= 128) for v in value):
-        raise Invalid("result digests of the wrong form")
-
-
 SCHEMAS = {
     "new": handle,
     "ledger": plain,
     "method": plain,
     "get_cache": tensor,
     "attention": attention,
-    "first_output": maybe_tensor,
-    "pool_digest": digests,
-    "result_digests": digests,
     "given_methods": plain,
 }
 
@@ -178,6 +164,10 @@ def _state(raw: Any) -> dict[str, Any] | None:
             out["requests"][str(key)[:20]] = {"seq_len": _int(entry.get("seq_len")), "block_table": _int_list(entry.get("block_table"))}
     if isinstance(raw.get("pool"), dict):
         out["pool"] = raw["pool"]
+    if "kept" in raw:
+        kept = raw["kept"]
+        ok = isinstance(kept, list) and len(kept) <= MAX_ITEMS and all(v is None or (isinstance(v, str) and len(v) <= 128) for v in kept)
+        out["kept"] = kept if ok else None  # None: unreadable, every kept result counts as changed
     return out
 
 

@@ -67,6 +67,9 @@ class Session:
                 "block_table": _observe_list(lambda req=req: req.block_table, "block_table"),
             }
         state["requests"] = requests
+        if spec.get("kept") is not None:  # earlier results, as they are after this call
+            kept = self.example.get("results", {})
+            state["kept"] = [_digest(kept[str(key)]) if str(key) in kept else None for key in spec["kept"]]
         return state
 
     def keep(self, msg, value):
@@ -82,6 +85,7 @@ class Session:
     def op_reseed(self, msg):
         reseed()  # each example starts from the same random state, whatever ran before it
         self.example = {}
+        self.handles, self.pools = {}, {}  # an example's objects are its own (and their pools unmapped)
         return None
 
     def op_permute(self, msg):
@@ -90,29 +94,17 @@ class Session:
         manager.free_blocks[:] = [manager.free_blocks[i] for i in msg["order"]]
         return None
 
-    def op_first_output(self, msg):
-        """The tensor the example's first attention call returned, as it is now (the judge hashes
-        it itself: a submission may have replaced hashlib in this process)."""
-        first = self.example.get("first_output")
-        return None if first is None else tensor_payload(first)
-
-    def op_result_digests(self, msg):
-        """Digests of the results this example kept, as they are now (the judge compares them with
-        the digests of what it received; a forged answer can only hide this submission's own mistake)."""
-        kept = self.example.get("results", {})
-        return [_digest(kept[str(key)]) if str(key) in kept else None for key in msg["keys"]]
-
     def op_share_pool(self, msg):
         """The pool becomes a tensor on the judge's file, mapped shared: what any call writes into
-        it, the judge reads back itself.  The reproduction writes it as `m.physical_kv_cache = ...`."""
+        it, the judge reads back itself.  The reproduction writes it as `m.physical_kv_cache = ...`.
+        (torch maps the file itself and keeps no descriptor open: a session maps many.)"""
         import torch
 
         manager = self.handles[msg["manager"]]
-        mapped = SharedInputs(msg["shared"])
         count = 1
         for d in msg["shape"]:
             count *= d
-        pool = torch.frombuffer(mapped.map, dtype=getattr(torch, msg["dtype"]), count=count).view(msg["shape"])
+        pool = torch.from_file(msg["shared"]["path"], shared=True, size=count, dtype=getattr(torch, msg["dtype"])).view(msg["shape"])
         manager.physical_kv_cache = pool
         self.pools[msg["manager"]] = pool
         return None
@@ -190,7 +182,6 @@ class Session:
             out = self.ns["paged_attention"](*args, scale=msg["scale"])
         else:
             out = self.ns["paged_attention"](*args)
-        self.example.setdefault("first_output", out)
         if device == "cuda":
             torch.cuda.synchronize()
         payload = tensor_payload(out)
