@@ -140,8 +140,10 @@ def grade_submission(submission: Submission, config: Config, device: str, todos:
             groups = _balanced(list(by_todo), 2)
             run = functools.partial(_run_todos, by_todo=by_todo, checks=CHECKS, required_names=REQUIRED_NAMES,
                                     sandbox=sandbox, report=report, config=config, device=device, deadline=deadline, grading=grading)
-            with _one_compile_at_a_time(), ThreadPoolExecutor(max_workers=len(groups), thread_name_prefix="pa-grade-todos") as pool:
-                outcomes = {o.id: o for group in pool.map(run, groups) for o in group}
+            outcomes: dict[str, ItemResult] = {}
+            if groups:  # none when only the given code is checked (the audit's given mutants)
+                with _one_compile_at_a_time(), ThreadPoolExecutor(max_workers=len(groups), thread_name_prefix="pa-grade-todos") as pool:
+                    outcomes = {o.id: o for group in pool.map(run, groups) for o in group}
             result.items = [outcomes[item.id] for item in wanted]
             result.given_code = _given_code(submission, sandbox, report, config, deadline, grading)
         result.output_excerpt, result.output_bytes = sandbox.output()
@@ -313,6 +315,7 @@ def _timed(item: RubricItem, check: Check, sandbox: Sandbox, config: Config, sta
     result = _item(item, PASSED if failure is None else FAILED, failure)
     result.examples = ctx.examples
     result.exercised = sum(n for key, n in ctx.counts.items() if key.split(":")[0] == item.id)
+    result.random_cases = ctx.evidence[item.id]
     result.seconds = round(time.monotonic() - started, 3)
     return result
 

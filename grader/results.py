@@ -56,6 +56,7 @@ class ItemResult:
     examples: int = 0  # cases the item tried
     seconds: float = 0.0
     exercised: int = 0  # times the item's property was actually checked (a pass needs enough of them)
+    random_cases: int = 0  # random cases that completed and checked it (a pass needs [evidence] min_random)
 
     @property
     def score(self) -> float:

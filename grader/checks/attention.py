@@ -232,7 +232,10 @@ def owners(ctx: ItemContext, history: list[Case], index: int, out: np.ndarray | 
     def owns(item: str) -> bool:
         if item == BASE:
             plain = case.plain()
-            return plain == case or not right(plain)
+            if plain != case and right(plain):
+                shown.add(BASE)  # the plain case, right: evidence for the base item
+                return False
+            return True
         feature = FEATURE_OF[item]
         kept = [_without(case, other, out) for other in on if other != feature]
         if len(on) > 2:
@@ -480,14 +483,18 @@ def plan(run: ItemContext) -> tuple[list[Callable[[], None]], Explore]:
         chosen = corners(run.focus, device)
 
     def explore(round_: int, count: int) -> None:
-        force = FEATURE_OF.get(run.focus or "")
-        if round_ and force is None:  # a later round of a survey: the feature lagging most, every time
-            lagging = min(FEATURE_OF, key=lambda item: run.evidence[item] - run.config.evidence.minimum(item))
-            force = FEATURE_OF[lagging]
+        force, avoid = FEATURE_OF.get(run.focus or ""), frozenset[str]()
+        if round_ and force is None:
+            # A later round of a survey: the features of items that failed already off (they need no
+            # more evidence, and their calls would be wrong), the one lagging most always on.
+            avoid = frozenset(FEATURE_OF[item] for item in run.recorded if item in FEATURE_OF)
+            lagging = [item for item in FEATURE_OF if FEATURE_OF[item] not in avoid]
+            if lagging:
+                force = FEATURE_OF[min(lagging, key=lambda item: run.evidence[item] - run.config.evidence.minimum(item))]
 
         @seed(run.seed(round_))
         @hypothesis_settings(run.config, count or run.config.hypothesis.attention_examples)
-        @given(histories(force, device))
+        @given(histories(force, device, avoid))
         def test(history: list[Case]) -> None:
             check_history(run, history)
 

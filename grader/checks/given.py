@@ -112,6 +112,10 @@ def ledger_layout(ctx: ItemContext) -> None:
         if not reply.ok:
             return  # the TODO is not written, or fails: the TODO 1 items say so
         got = as_dict(reply.value) or {}
+        keys = ["kv_bytes_per_token", "kv_bytes_per_block", "total_cache_bytes", "layout_shape"]
+        if sorted(got) != sorted(keys):
+            script.expect(f"sorted(ledger) == {sorted(keys)}", "the ledger's keys: expected the four of the given code, got {sorted(ledger)}")
+            raise Differs("ledger_keys", "账本返回的 dict 应恰好含给定代码的四个键", "the ledger's dict should hold exactly the given code's four keys", str(keys), str(sorted(got)))
         want = [dims["num_layers"], 2, dims["num_kv_heads"], dims["block_size"], dims["head_dim"]]
         shape = got.get("layout_shape")
         if as_list(shape) != want:
@@ -160,6 +164,20 @@ def initial_state(ctx: ItemContext) -> None:
         if manager is None or req is None:
             return
         free, seq_len, table = _state(ctx, manager, req)
+        meta = ctx.call("manager_meta", manager=manager)
+        got = as_dict(meta.value) if meta.ok else None
+        sizes, pool = (as_list(got.get("sizes")), as_list(got.get("pool"))) if got else (None, None)
+        want = [[num_blocks, block_size, head_dim], [{"__list__": [num_blocks, block_size, head_dim]}, "float32", True]]
+        if [sizes, pool] != want:
+            script.expect(f"(m.num_blocks, m.block_size, m.head_dim) == ({num_blocks}, {block_size}, {head_dim}) and tuple(m.physical_kv_cache.shape) == ({num_blocks}, {block_size}, {head_dim})"
+                          " and m.physical_kv_cache.dtype == torch.float32 and not m.physical_kv_cache.any()",
+                          "expected the sizes kept and a zero float32 pool of [num_blocks, block_size, head_dim]; got {(m.num_blocks, m.block_size, m.head_dim)}, {m.physical_kv_cache.shape}, {m.physical_kv_cache.dtype}")
+            raise Differs(
+                "initial_state",
+                "新建的 KVCacheManager 应保存 num_blocks、block_size、head_dim，并有形状 [num_blocks, block_size, head_dim]、全零的 float32 池",
+                "a new KVCacheManager should keep num_blocks, block_size and head_dim, with a zero float32 pool of shape [num_blocks, block_size, head_dim]",
+                str(want), str([sizes, pool]),
+            )
         if free != list(range(num_blocks)) or seq_len != prompt_len or table != []:
             script.expect(f"m.free_blocks == list(range({num_blocks})) and (r.seq_len, r.block_table) == ({prompt_len}, [])",
                           "expected every block free in order, seq_len the prompt's, an empty table; got {m.free_blocks}, {r.seq_len}, {r.block_table}")

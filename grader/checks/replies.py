@@ -113,6 +113,7 @@ SCHEMAS = {
     "get_cache": tensor,
     "attention": attention,
     "given_methods": plain,
+    "manager_meta": plain,
 }
 
 

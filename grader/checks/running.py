@@ -150,7 +150,8 @@ def _explore_rounds(ctx: ItemContext, explore: Explore, items: Sequence[str]) ->
     """
     evidence = ctx.config.evidence
     for round_ in range(evidence.max_rounds if ctx.focus is None or len(items) > 1 else 1):
-        short = [evidence.minimum(item) - ctx.evidence[item] for item in items]
+        # An item whose property broke needs no more evidence: its own run finds the failure.
+        short = [evidence.minimum(item) - ctx.evidence[item] for item in items if item not in ctx.recorded]
         if round_ and max(short, default=0) <= 0:
             break
         examples = 0 if round_ == 0 else max(8, max(short))  # 0: the plan's configured number

@@ -109,6 +109,19 @@ class Session:
         self.pools[msg["manager"]] = pool
         return None
 
+    def op_manager_meta(self, msg):
+        """What the given constructor sets up: the sizes it keeps and its pool (shape, dtype, all zero)."""
+        import torch
+
+        manager = self.handles[msg["manager"]]
+        pool = manager.physical_kv_cache
+        if not isinstance(pool, torch.Tensor):
+            return plain({"sizes": [manager.num_blocks, manager.block_size, manager.head_dim], "pool": None})
+        return plain({
+            "sizes": [manager.num_blocks, manager.block_size, manager.head_dim],
+            "pool": [list(pool.shape), str(pool.dtype).replace("torch.", ""), bool((pool == 0).all())],
+        })
+
     def op_given_methods(self, msg):
         """The code of each given method as bound now, reached the way a call reaches it (through
         the class bound to the contract's name, its bases, decorators, setattr, later
