@@ -14,6 +14,7 @@ equivalent mutants refers to mutants by it.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import difflib
 import hashlib
 import random
@@ -39,6 +40,7 @@ class Mutant:
     diff: str  # unified diff against the reference module
     module: str  # the whole mutant module
     invalid: str = ""  # why it cannot be graded (it does not compile); empty when it can
+    graded_by: str = ""  # a given mutant: the TODO whose items it is graded with
 
     @property
     def summary(self) -> str:
@@ -71,7 +73,8 @@ def generate(source_text: str) -> list[Mutant]:
             if module in seen:  # the same program as the answer or as an earlier mutant
                 continue
             seen.add(module)
-            out.append(_mutant(reference, module, operator, region.todo, node.lineno, occurrences))
+            mutant = _mutant(reference, module, operator, region.todo, node.lineno, occurrences)
+            out.append(dataclasses.replace(mutant, graded_by=region.graded_by) if region.graded_by else mutant)
     return out
 
 

@@ -25,9 +25,10 @@ class NoRepository(Exception):
 
 @dataclass(frozen=True)
 class Region:
-    todo: str  # "todo1" ... as in grader/config.py's TODOS
+    todo: str  # "todo1" ... as in grader/config.py's TODOS, or "given"
     first: int  # first line of the answer (1-based), just after the opening marker
     last: int  # last line of the answer (1-based), just before the closing marker
+    graded_by: str = ""  # given code: the TODO whose items call it (they are graded with its mutants)
 
     def holds(self, first: int, last: int) -> bool:
         return self.first <= first and last <= self.last
@@ -64,6 +65,9 @@ def find_regions(text: str) -> list[Region]:
 
 GIVEN = "given"  # the TODO name of given code's mutants
 CONTRACT = ("estimate_kv_cache_bytes", "Request", "KVCacheManager", "paged_attention")
+# The TODO whose items call each piece of given code (a given mutant is graded with them too).
+CALLED_BY = {"estimate_kv_cache_bytes": "todo1", "Request": "todo2", "KVCacheManager": "todo2", "allocate_for_decode": "todo3",
+             "get_physical_cache": "todo4", "paged_attention": "todo5"}
 
 
 def given_regions(text: str, answers: list[Region]) -> list[Region]:
@@ -81,7 +85,7 @@ def given_regions(text: str, answers: list[Region]) -> list[Region]:
                     continue  # the docstring
                 first, last = statement.lineno, statement.end_lineno or statement.lineno
                 if not any(a.first <= last and first <= a.last for a in answers):
-                    regions.append(Region(GIVEN, first, last))
+                    regions.append(Region(GIVEN, first, last, CALLED_BY.get(function.name, CALLED_BY[top.name])))
     return regions
 
 

@@ -127,7 +127,13 @@ def _ints(low: int, high: int) -> st.SearchStrategy[int]:
 # Small sizes most often; large ones too, up to the largest drawn, where a fraction like
 # 1/4096 of a block decides whether one more block is needed (int(x + 0.999) is not a
 # ceiling there).  Every range's ends are drawn on purpose, not left to chance.
-BLOCK_SIZES = st.one_of(st.sampled_from([1, 2, 3, 4, 5, 7, 8, 16]), st.integers(1, 40), st.sampled_from([41, 256, 1000, 2048, 2049, 3000, 4095, 4096]), st.integers(41, 4096))
+LARGEST_BLOCK = 4096
+BLOCK_SIZES = st.one_of(
+    st.sampled_from([1, 2, 3, 4, 5, 7, 8, 16]),
+    st.integers(1, 40),
+    st.sampled_from([41, 256, 1000, 2048, 2049, 3000, LARGEST_BLOCK - 1, LARGEST_BLOCK]),
+    st.integers(41, LARGEST_BLOCK),
+)
 
 
 def draw_length(data: st.DataObject, block_size: int, blocks: int) -> int:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from hypothesis import example, given, seed
 from hypothesis import strategies as st
-from hypothesis.errors import Flaky
+from hypothesis.errors import Flaky, Unsatisfiable
 
 from grader.checks.arrays import Array
 from grader.checks.base import Abort, CheckFailure, Inconclusive, ItemContext, hypothesis_settings, raised
@@ -90,6 +90,17 @@ def _tables(draw: st.DrawFn) -> tuple[int, int, list[int], int]:
 # -- the checks ------------------------------------------------------------------------------------
 
 
+def _must_accept(ctx: ItemContext, script: Script, key: str, code: str, op: str, **fields: Any) -> Any:
+    """A valid call: the given validation must let it through (a ValueError here is the given
+    code's; other errors are the TODO's business, and its items say so).  Returns the reply."""
+    script.add(code)
+    reply = ctx.call(op, **fields)
+    if raised(reply, "ValueError"):
+        message = str((reply.error or {}).get("message", ""))[:200]
+        raise Differs(key, f"{code} 是合法调用，却抛出 ValueError：{message}", f"{code} is a valid call, yet it raised ValueError: {message}", "no ValueError", f"ValueError: {message}")
+    return reply
+
+
 def ledger_validation(ctx: ItemContext) -> None:
     @given(st.sampled_from(_DIMS), _not_positive, st.fixed_dictionaries({k: st.integers(1, 64) for k in _DIMS}))
     @example("num_blocks", 0, dict.fromkeys(_DIMS, 2))
@@ -98,6 +109,9 @@ def ledger_validation(ctx: ItemContext) -> None:
         call = {**dims, name: bad}
         code = "estimate_kv_cache_bytes(" + ", ".join(f"{k}={v}" for k, v in call.items()) + ")"
         _must_raise(ctx, script, "ledger_validation", code, f"{name}={bad}", "ledger", kwargs=call)
+        valid = {**dims, name: 1}  # the smallest valid value of the same dimension
+        code = "ledger = estimate_kv_cache_bytes(" + ", ".join(f"{k}={v}" for k, v in valid.items()) + ")"
+        _must_accept(ctx, script, "ledger_validation", code, "ledger", kwargs=valid)
 
     _run(ctx, run)
 
@@ -134,6 +148,8 @@ def request_validation(ctx: ItemContext) -> None:
         kwargs = {"request_id": args[0], "prompt_len": args[1]}
         code = "Request(" + ", ".join(f"{k}={v}" for k, v in kwargs.items()) + ")"
         _must_raise(ctx, script, "request_validation", code, code, "new", cls="Request", kwargs=kwargs)
+        valid = {"request_id": max(0, args[0]) if args[1] <= 0 else 0, "prompt_len": max(1, args[1])}  # the edge beside it
+        _must_accept(ctx, script, "request_validation", "Request(" + ", ".join(f"{k}={v}" for k, v in valid.items()) + ")", "new", cls="Request", kwargs=valid)
 
     _run(ctx, run)
 
@@ -148,6 +164,9 @@ def manager_validation(ctx: ItemContext) -> None:
         kwargs = {"num_blocks": 4, "block_size": 4, "head_dim": 8, name: bad}
         code = "KVCacheManager(" + ", ".join(f"{k}={v}" for k, v in kwargs.items()) + ")"
         _must_raise(ctx, script, "manager_validation", code, code, "new", cls="KVCacheManager", kwargs=kwargs)
+        valid = {**kwargs, name: 1}  # the smallest valid size
+        code = "KVCacheManager(" + ", ".join(f"{k}={v}" for k, v in valid.items()) + ")"
+        _must_accept(ctx, script, "manager_validation", code, "new", cls="KVCacheManager", kwargs=valid)
 
     _run(ctx, run)
 
@@ -164,6 +183,10 @@ def initial_state(ctx: ItemContext) -> None:
         if manager is None or req is None:
             return
         free, seq_len, table = _state(ctx, manager, req)
+        kept_id = ctx.call("request_meta", request=req)
+        if not kept_id.ok or kept_id.value != request_id:
+            script.expect(f"r.request_id == {request_id}", "expected the request id kept, got {r.request_id}")
+            raise Differs("initial_state", "新建的 Request 应保存 request_id", "a new Request should keep its request_id", str(request_id), show(kept_id.value) if kept_id.ok else "missing")
         meta = ctx.call("manager_meta", manager=manager)
         got = as_dict(meta.value) if meta.ok else None
         sizes, pool = (as_list(got.get("sizes")), as_list(got.get("pool"))) if got else (None, None)
@@ -285,10 +308,18 @@ def release_checks(ctx: ItemContext) -> None:
         else:
             table, what = [held], "a block that is already free"
         script = ctx.begin(None)
-        made = _manager_with_request(ctx, script, num_blocks, 4, table, max(1, len(table)))
+        made = _manager_with_request(ctx, script, num_blocks, 4, [], max(1, len(table)))
         if made is None:
             return
-        _must_raise(ctx, script, "release_checks", "m.release_request(r)", f"release_request with {what}", "method", target=made[0], name="release_request", args=[made[1]])
+        manager, req = made
+        if kind != "free":  # the block the request holds is off the free list, as a prefill leaves it
+            script.add(f"m.free_blocks.remove({held})")
+            if not ctx.call("place", manager=manager, request=req, indices=[held]).ok:
+                return
+        script.add(f"r.block_table = {table}")
+        if not ctx.call("set_table", request=req, table=table, seq_len=max(1, len(table))).ok:
+            return
+        _must_raise(ctx, script, "release_checks", "m.release_request(r)", f"release_request with {what}", "method", target=manager, name="release_request", args=[req])
 
     _run(ctx, run)
 
@@ -399,7 +430,7 @@ def check_given(ctx: ItemContext, names: set[str]) -> None:
                 check(ctx)
             except Differs as differs:
                 ctx.given_finding(differs.key, differs.zh, differs.en, expected=differs.expected, actual=differs.actual, script=ctx.script)
-            except (Abort, CheckFailure, Inconclusive, Flaky):
+            except (Abort, CheckFailure, Inconclusive, Flaky, Unsatisfiable):
                 continue  # a hang or crash here is the items' business; nothing to say about given code
             except BudgetExceeded:
                 ctx.close()

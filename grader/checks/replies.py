@@ -114,6 +114,7 @@ SCHEMAS = {
     "attention": attention,
     "given_methods": plain,
     "manager_meta": plain,
+    "request_meta": plain,
 }
 
 

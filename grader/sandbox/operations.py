@@ -122,6 +122,10 @@ class Session:
             "pool": [list(pool.shape), str(pool.dtype).replace("torch.", ""), bool((pool == 0).all())],
         })
 
+    def op_request_meta(self, msg):
+        """The id a request keeps (the given constructor sets it)."""
+        return plain(self.handles[msg["request"]].request_id)
+
     def op_given_methods(self, msg):
         """The code of each given method as bound now, reached the way a call reaches it (through
         the class bound to the contract's name, its bases, decorators, setattr, later
