@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis.errors import Flaky
 from hypothesis import strategies as st
+from hypothesis.errors import Flaky
 
 import grader.sandbox as sandbox_package
 from grader.checks import CHECKS
