@@ -296,7 +296,8 @@ def release_checks(ctx: ItemContext) -> None:
            st.one_of(st.integers(0, 100), st.integers(-100, -1)))
     @example(4, "empty", 1, 3)
     @example(4, "duplicate", 1, 3)
-    @example(4, "outside", 1, 3)
+    @example(4, "outside", 1, 0)  # block num_blocks: one past the last
+    @example(4, "outside", 1, -1)
     @example(4, "free", 0, 3)
     def run(num_blocks: int, kind: str, held: int, past: int) -> None:
         held %= num_blocks
@@ -370,11 +371,12 @@ def release_returns(ctx: ItemContext) -> None:
 
 
 def cache_bounds(ctx: ItemContext) -> None:
-    @given(st.integers(1, 8), st.one_of(st.just(None), st.integers(-50, -1), st.integers(8, 100)))
+    @given(st.integers(1, 8), st.one_of(st.just(None), st.integers(-50, -1), st.integers(0, 100)))
     @example(4, None)
-    @example(4, 9)
+    @example(4, 0)  # block num_blocks: one past the last
+    @example(4, -1)
     def run(num_blocks: int, bad: int | None) -> None:
-        table, what = ([], "a request that holds no blocks") if bad is None else ([0, max(bad, num_blocks) if bad > 0 else bad], "a block outside the pool")
+        table, what = ([], "a request that holds no blocks") if bad is None else ([0, num_blocks + bad if bad >= 0 else bad], "a block outside the pool")
         script = ctx.begin(None)
         made = _manager_with_request(ctx, script, num_blocks, 4, table, 1)
         if made is None:

@@ -77,15 +77,21 @@ def check_evidence(ctx: ItemContext, out_of_time: bool, seconds: float, tried: i
             f"太慢：{seconds:.0f} 秒内只完成并检查了 {got}/{need} 个随机用例（通过需要至少 {need} 个）",
             f"too slow: {got} of {need} random cases in {seconds:.0f} s (a pass needs at least {need} completed and checked)",
             actual=f"{got} of {need} random cases, {tried} begun",
-            script=ctx.witness.get(ctx.item_id) or Script(),
+            script=_witness(ctx),
         )
     return ctx.failure(
         "not_exercised",
         f"随机用例中只有 {got}/{need} 个完成并检查了这一性质（其余用例没能检查它）",
         f"only {got} of {need} random cases completed and checked this property (the others could not check it)",
         actual=f"{got} of {need} random cases, {tried} begun",
-        script=ctx.witness.get(ctx.item_id) or Script(),
+        script=_witness(ctx),
     )
+
+
+def _witness(ctx: ItemContext) -> Script:
+    """A case where the item's property should have been checked and could not be (its first)."""
+    keys = [key for key in ctx.witness if key == ctx.item_id or key.startswith(ctx.item_id + ":")]
+    return ctx.witness[keys[0]] if keys else Script()
 
 
 def check_needs(ctx: ItemContext, needs: Sequence[Need]) -> Failure | None:
