@@ -227,24 +227,34 @@ def _manager_with_request(ctx: ItemContext, script: Script, num_blocks: int, blo
     return manager, req
 
 
+def _holding(ctx: ItemContext, script: Script, num_blocks: int, block_size: int, table: list[int], seq_len: int) -> tuple[int, int, int] | None:
+    """A new manager and a request holding `table`, its blocks taken off the free list as a prefill
+    takes them: (manager, request, how many blocks stay free), or None if that cannot be set up."""
+    made = _manager_with_request(ctx, script, num_blocks, block_size, [], seq_len)
+    if made is None:
+        return None
+    manager, req = made
+    free = list(range(num_blocks))
+    indices = []
+    for block in table:
+        indices.append(free.index(block))
+        free.remove(block)
+    script.add(f"r.block_table = [m.free_blocks.pop(i) for i in {tuple(indices)!r}]")
+    if not ctx.call("place", manager=manager, request=req, indices=indices).ok:
+        return None
+    return manager, req, len(free)
+
+
 def second_prefill(ctx: ItemContext) -> None:
     @given(_tables())
     @example((4, 4, [2], 3))
     def run(case: tuple[int, int, list[int], int]) -> None:
         num_blocks, block_size, table, seq_len = case
         script = ctx.begin(None)
-        made = _manager_with_request(ctx, script, num_blocks, block_size, [], seq_len)
-        if made is None:
+        held = _holding(ctx, script, num_blocks, block_size, table, seq_len)
+        if held is None:
             return
-        manager, req = made
-        free = list(range(num_blocks))
-        indices = []
-        for block in table:
-            indices.append(free.index(block))
-            free.remove(block)
-        script.add(f"r.block_table = [m.free_blocks.pop(i) for i in {tuple(indices)!r}]")
-        if not ctx.call("place", manager=manager, request=req, indices=indices).ok:
-            return
+        manager, req, _ = held
         _must_raise(ctx, script, "second_prefill", "m.allocate_for_prefill(r)", "a second prefill of a request that holds blocks", "method", target=manager, name="allocate_for_prefill", args=[req])
 
     _run(ctx, run)
@@ -334,27 +344,15 @@ def release_returns(ctx: ItemContext) -> None:
     def run(case: tuple[int, int, list[int], int], rng: Any) -> None:
         num_blocks, block_size, table, seq_len = case
         script = ctx.begin(None)
-        made = _manager_with_request(ctx, script, num_blocks, block_size, [], seq_len)
-        if made is None:
+        held = _holding(ctx, script, num_blocks, block_size, table, seq_len)
+        if held is None:
             return
-        manager, req = made
-        free = list(range(num_blocks))
-        indices = []
-        for block in table:
-            indices.append(free.index(block))
-            free.remove(block)
-        if rng is not None and len(free) > 1:  # the rest of the free list in any order
-            order = list(range(len(free)))
+        manager, req, left = held
+        if rng is not None and left > 1:  # the rest of the free list in any order
+            order = list(range(left))
             rng.shuffle(order)
-            script.add(f"r.block_table = [m.free_blocks.pop(i) for i in {tuple(indices)!r}]")
-            if not ctx.call("place", manager=manager, request=req, indices=indices).ok:
-                return
             script.add(f"m.free_blocks[:] = [m.free_blocks[i] for i in {tuple(order)!r}]")
-            if not ctx.call("permute", manager=manager, order=list(order)).ok:
-                return
-        else:
-            script.add(f"r.block_table = [m.free_blocks.pop(i) for i in {tuple(indices)!r}]")
-            if not ctx.call("place", manager=manager, request=req, indices=indices).ok:
+            if not ctx.call("permute", manager=manager, order=order).ok:
                 return
         script.add("m.release_request(r)")
         reply = ctx.call("method", target=manager, name="release_request", args=[req], snapshot={"manager": manager, "requests": [req]})
