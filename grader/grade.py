@@ -98,6 +98,7 @@ def grade_submission(submission: Submission, config: Config, device: str, todos:
         loader.start()
         from grader.checks import CHECKS, REQUIRED_NAMES
         from grader.checks.base import Grading
+        from grader.checks.given import check_given  # noqa: F401  now, so hypothesis draws from the same modules' constants every time
 
         _read_local_constants()  # while the worker still starts: half a second off every cold grading
         loader.join()
@@ -140,12 +141,15 @@ def grade_submission(submission: Submission, config: Config, device: str, todos:
             groups = _balanced(list(by_todo), 2)
             run = functools.partial(_run_todos, by_todo=by_todo, checks=CHECKS, required_names=REQUIRED_NAMES,
                                     sandbox=sandbox, report=report, config=config, device=device, deadline=deadline, grading=grading)
-            outcomes: dict[str, ItemResult] = {}
-            if groups:  # none when only the given code is checked (the audit's given mutants)
-                with _one_compile_at_a_time(), ThreadPoolExecutor(max_workers=len(groups), thread_name_prefix="pa-grade-todos") as pool:
-                    outcomes = {o.id: o for group in pool.map(run, groups) for o in group}
+            # The given code's checks take the place of whichever group finishes first.
+            with _one_compile_at_a_time(), ThreadPoolExecutor(max_workers=max(1, len(groups)), thread_name_prefix="pa-grade-todos") as pool:
+                futures = [pool.submit(run, group) for group in groups]
+                given = pool.submit(_given_code, submission, sandbox, report, config, deadline, grading)
+                outcomes = {o.id: o for future in futures for o in future.result()}
+                notes, broken = given.result()
+            # In the order of their keys: findings of the TODO threads and of the given checks, whichever came first.
+            result.given_code = [Failure("given_changed", note) for note in notes] + [grading.given[key] for key in sorted(grading.given)] + broken
             result.items = [outcomes[item.id] for item in wanted]
-            result.given_code = _given_code(submission, sandbox, report, config, deadline, grading)
         result.output_excerpt, result.output_bytes = sandbox.output()
     if result.flags and config.zero_on_flag:
         flagged = Failure(
@@ -252,8 +256,10 @@ def _run_todos(todos: list[str], *, by_todo: dict[str, list[RubricItem]], checks
     return outcomes
 
 
-def _given_code(submission: Submission, sandbox: Sandbox, report: LoadReport, config: Config, deadline: float, grading: Grading) -> list[Failure]:
-    """Edits of given code (by the AST) and given behaviour that differs (by running it)."""
+def _given_code(submission: Submission, sandbox: Sandbox, report: LoadReport, config: Config, deadline: float,
+                grading: Grading) -> tuple[list[Text], list[Failure]]:
+    """Edits of given code (by the AST and by the code bound when graded), and its behaviour
+    checked (findings into grading.given); with a grader error of these checks, if any."""
     from grader.checks.base import ItemContext
     from grader.checks.given import bound_methods, check_given
 
@@ -268,7 +274,7 @@ def _given_code(submission: Submission, sandbox: Sandbox, report: LoadReport, co
             broken.append(grader_error(error))
         finally:
             ctx.close()
-    return [Failure("given_changed", note) for note in notes] + list(grading.given.values()) + broken
+    return notes, broken
 
 
 def _run_item(
