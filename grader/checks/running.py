@@ -28,7 +28,7 @@ from hypothesis.errors import Flaky, Unsatisfiable
 
 from grader.checks.base import Abort, CheckFailure, Inconclusive, ItemContext, Need, Replay, Survey
 from grader.checks.script import Script
-from grader.results import Failure, Text
+from grader.results import Failure
 from grader.sandbox.protocol import BudgetExceeded
 
 # One hypothesis run: (round, examples) -> None.  Round 0 is the configured run; later rounds
@@ -230,9 +230,12 @@ def _explore(ctx: ItemContext, run: Callable[[], None]) -> Failure | None:
         if ctx.last_error is not None:
             ctx.close()
             return confirm(ctx, ctx.last_error)
-        return Failure(
+        if ctx.focus is None:
+            return None  # a survey: what it recorded stands, and each item decides on it
+        return ctx.failure(
             "error",
-            Text("同一个用例再次运行时结果不同（提交的代码不确定？）", "the same case gave another result when run again (is the submission nondeterministic?)"),
+            "同一个用例再次运行时结果不同（提交的代码不确定？）",
+            "the same case gave another result when run again (is the submission nondeterministic?)",
             actual=type(error).__name__,
         )
     finally:
