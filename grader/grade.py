@@ -100,7 +100,8 @@ def grade_submission(submission: Submission, config: Config, device: str, todos:
         from grader.checks.base import Grading
         from grader.checks.given import check_given  # noqa: F401  now, so hypothesis draws from the same modules' constants every time
 
-        _read_local_constants()  # while the worker still starts: half a second off every cold grading
+        with _hypothesis_home(sandbox.tmp):  # hypothesis caches what it reads there, never in the cwd
+            _read_local_constants()  # while the worker still starts: half a second off every cold grading
         loader.join()
         result.isolation = sandbox.isolation_report()
         report = sandbox.report

@@ -147,6 +147,14 @@ class ItemContext:
         """Seconds left before the deadline."""
         return self.deadline - time.monotonic()
 
+    def restart_clock(self, budget_s: float | None = None) -> None:
+        """A new budget from now (never past the submission's deadline): an item's focused run
+        after the survey it shared."""
+        self.started = time.monotonic()
+        self.deadline = self.started + (budget_s or self.config.limits.item_budget_s)
+        if self.submission_deadline is not None:
+            self.deadline = min(self.deadline, self.submission_deadline)
+
     def seed(self, round_: int = 0) -> int:
         """Hypothesis's seed for an exploration round (round 0: the grading's own seed)."""
         return self.config.hypothesis.seed + round_ * 1_000_003

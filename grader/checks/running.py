@@ -59,6 +59,7 @@ def grade_item(ctx: ItemContext, todo: str, items: Sequence[str], plan: Plan, ne
         return survey.stopped
     recorded = survey.recorded.get(ctx.item_id)
     if recorded is not None:
+        ctx.restart_clock()  # the item's own budget, for finding its failure, from now
         corners, explore = plan(ctx)
         return run_item(ctx, corners, explore) or confirm(ctx, recorded)
     ctx.witness = {**survey.witness, **ctx.witness}
@@ -155,11 +156,17 @@ def _explore_rounds(ctx: ItemContext, explore: Explore, items: Sequence[str]) ->
     A focused run (an item the survey saw fail) needs one round: it looks for the failure.
     """
     evidence = ctx.config.evidence
+    before: list[int] = []
     for round_ in range(evidence.max_rounds if ctx.focus is None or len(items) > 1 else 1):
         # An item whose property broke needs no more evidence: its own run finds the failure.
-        short = [evidence.minimum(item) - ctx.evidence[item] for item in items if item not in ctx.recorded]
-        if round_ and max(short, default=0) <= 0:
+        lacking = [item for item in items if item not in ctx.recorded and ctx.evidence[item] < evidence.minimum(item)]
+        short = [evidence.minimum(item) - ctx.evidence[item] for item in lacking]
+        if round_ and not short:
             break
+        now = [ctx.evidence[item] for item in lacking]
+        if round_ > 1 and now == before[: len(now)]:
+            break  # the last round added nothing where it was lacking: more would not either
+        before = now
         examples = 0 if round_ == 0 else max(8, max(short))  # 0: the plan's configured number
         failure = _explore(ctx, lambda round_=round_, examples=examples: explore(round_, examples))
         if failure is not None or ctx.out_of_time:
