@@ -84,13 +84,14 @@ def _import_judge() -> types.ModuleType:
     No more, because hypothesis draws constants found in the source of the "local" modules
     loaded at that moment (the grader's own, when it runs from a checkout): a judge that had
     more of them loaded could draw other examples than a cold `grade`, and give another
-    grade.  Modules a cold grading imports later (grader.checks.given) are left for the judge
-    to import at the same point.  Returns the stand-in for `python -m grader`'s __main__.
+    grade.  (grader.checks.given is among them: its checks run beside the TODOs', so a grading
+    imports it before its first draw.)  Returns the stand-in for `python -m grader`'s __main__.
     """
     # The imports of `python -m grader grade` up to then: the CLI (every verb's module), what
     # commands/grade.py's _run imports, and what grade_submission imports before its first item.
     import grader.checks  # noqa: F401  hypothesis, numpy and every check
     import grader.checks.base  # noqa: F401
+    import grader.checks.given  # noqa: F401
     import grader.cli  # noqa: F401
     import grader.config  # noqa: F401
     import grader.grade  # noqa: F401
