@@ -25,6 +25,7 @@ from grader.classfolder import error_result, write_student_files
 from grader.config import Config
 from grader.discovery import LeftOut, Student, file_sha256, file_time
 from grader.gradebook import BATCH, GRADED, LEFT_OUT, Gradebook
+from grader.job import GradeJob
 from grader.runner import Outcome, Runner
 
 # -- progress ---------------------------------------------------------------------------------
@@ -144,7 +145,7 @@ def run_batch(
     *,
     lang: str,
     jobs: int,
-    grade_args: list[str],
+    job: GradeJob,
     timeout_s: float,
     left_out: Sequence[LeftOut] = (),
     force: bool = False,
@@ -177,7 +178,7 @@ def run_batch(
             progress.note(f"left out {student.id}: {student.reason.en}")
         if summary.skipped:
             progress.note(f"{summary.skipped} unchanged since their last grading: skipped (--force regrades)")
-        runner = Runner(config, grade_args, timeout_s, python)
+        runner = Runner(config, job, timeout_s, python)
         pool = ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="grade")
         finished = False
         try:

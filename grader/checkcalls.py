@@ -19,12 +19,10 @@ the grader (`import grader.checks`, `from grader.grade import ...`) stays, and i
 from __future__ import annotations
 
 import ast
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from grader.submission import Cell
+from grader.cells import PYTHON_BODY_MAGICS, Cell, cell_magic, ipython_transform, magic_statement, parses
 
 PLACEHOLDER = "pass  # grader.check(): not run while grading"
 
@@ -58,13 +56,25 @@ def _without_grader(node: ast.stmt) -> tuple[str, set[str]] | None:
     return "import " + ", ".join(kept), {alias.asname or "grader" for alias in ours}
 
 
+def _walk(node: ast.AST) -> Iterator[ast.AST]:
+    """Every node, and those of the statement a `%time stmt` line runs (a string to the AST)."""
+    for sub in ast.walk(node):
+        yield sub
+        statement = magic_statement(sub)
+        if statement is not None:
+            try:
+                yield from ast.walk(ast.parse(statement))
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                pass
+
+
 def _loads(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return {n.id for n in _walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
 
 def _stores(node: ast.AST) -> set[str]:
-    out = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
-    out |= {n.name for n in ast.walk(node) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    out = {n.id for n in _walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del))}
+    out |= {n.name for n in _walk(node) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     return out
 
 
@@ -83,8 +93,49 @@ def _blank(lines: list[str], node: ast.stmt, replacement: str = "pass") -> None:
 
 
 def strip_source(source: str, tainted: set[str]) -> str:
-    """`source` without its check statements; `tainted` (updated) holds the names bound to the
-    grader or to a check's result so far."""
+    """`source` (as typed, magics included) without its check statements; `tainted` (updated)
+    holds the names bound to the grader or to a check's result so far.
+
+    Python is stripped as Python.  A cell magic whose body is Python (`%%time`) has its body
+    stripped; another (`%%bash`) is left as it is.  Python with IPython lines (`%time`, `!ls`)
+    is stripped on IPython's transformation of it, which keeps it line for line: the lines
+    that change were Python lines, and are changed in the cell as typed; a magic line that
+    used the grader (`%time grader.check()`) becomes `pass`.
+    """
+    if parses(source):
+        return _strip_python(source, tainted)
+    magic = cell_magic(source)
+    if magic is not None:
+        name, _, body = magic
+        if name not in PYTHON_BODY_MAGICS:
+            return source
+        stripped = strip_source(body, tainted)
+        return source if stripped == body else source.partition("\n")[0] + "\n" + stripped
+    view = ipython_transform(source)
+    if view is None or not parses(view):
+        return source  # the worker reports the cell
+    typed = source.split("\n")
+    lines = view.split("\n")
+    if len(lines) == len(typed) + 1 and lines[-1] == "":
+        lines.pop()  # IPython ends a cell with a newline
+    if len(lines) != len(typed):
+        _strip_python("\n".join(lines), tainted)  # only to follow the names
+        return source
+    stripped = _strip_python("\n".join(lines), tainted)
+    if stripped == PLACEHOLDER:
+        return PLACEHOLDER
+    out = []
+    for raw, before, after in zip(typed, lines, stripped.split("\n"), strict=True):
+        if before == after:
+            out.append(raw)
+        elif raw == before:
+            out.append(after)
+        else:
+            out.append(raw[: len(raw) - len(raw.lstrip())] + "pass")
+    return "\n".join(out)
+
+
+def _strip_python(source: str, tainted: set[str]) -> str:
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):

@@ -45,6 +45,9 @@ class Limits:
     pids: int = 128  # processes and threads of the whole submission
     open_files: int = 256  # descriptors per process
     file_mb: int = 64  # largest file the submission may write (also each tmpfs the sandbox mounts)
+    disk_mb: int = 512  # all the submission may write in its directory together (a tmpfs)
+    inodes: int = 10000  # files and folders it may make there
+    wall_backstop: float = 3.0  # each CPU-time limit, times this, is also a limit in wall-clock time
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,26 @@ class Feedback:
     language: str
     max_repro_lines: int
     show_traceback: bool
+
+
+@dataclass(frozen=True)
+class NotebookEnvironment:
+    """What a notebook finds around it while graded ([notebook] in config.toml)."""
+
+    packages: tuple[str, ...] = ()  # pip requirements the course's notebooks may import (installed with the grader)
+    folder_files: int = 500  # files of the notebook's folder copied next to it, at most
+    folder_mb: int = 64  # their bytes, at most
+    folder_depth: int = 8  # folder levels below the notebook's, at most
+
+    def import_names(self) -> list[str]:
+        """The module each package is imported as (`python-dateutil` -> `dateutil` is not guessed: name it so)."""
+        names = []
+        for requirement in self.packages:
+            name = requirement.split(";")[0].strip()
+            for stop in "<>=!~[ ":
+                name = name.split(stop)[0]
+            names.append(name.strip().lower().replace("-", "_"))
+        return names
 
 
 @dataclass(frozen=True)
@@ -77,6 +100,7 @@ class Config:
     digest: str  # identifies this configuration in gradebooks and caches
     evidence: Evidence = Evidence()
     seed_source: str = "config"  # "config", or "command line" (--seed): never replaced by a secret one
+    notebook: NotebookEnvironment = NotebookEnvironment()
 
     def item(self, item_id: str) -> RubricItem:
         for item in self.items:
@@ -103,6 +127,7 @@ def load_config(path: Path | None = None) -> Config:
         items=items,
         digest=hashlib.sha256(raw_bytes).hexdigest()[:16],
         evidence=_evidence(raw.get("evidence", {})),
+        notebook=_notebook(raw.get("notebook", {})),
     )
 
 
@@ -113,3 +138,10 @@ def _evidence(raw: dict) -> Evidence:
         max_rounds=int(raw.get("max_rounds", 6)),
         per_item=tuple(sorted((str(k), int(v)) for k, v in per_item.items())),
     )
+
+
+def _notebook(raw: dict) -> NotebookEnvironment:
+    packages = raw.get("packages", [])
+    if not isinstance(packages, list) or not all(isinstance(p, str) and p.strip() for p in packages):
+        raise ValueError("[notebook] packages must be a list of pip requirements")
+    return NotebookEnvironment(**{**raw, "packages": tuple(p.strip() for p in packages)})

@@ -8,6 +8,8 @@ record them (an empty total with that reason in the CSV) instead of letting them
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -26,6 +28,10 @@ class BatchError(Exception):
 class Student:
     id: str
     path: Path
+    # The folder the notebook runs in (a private copy: grader/folder.py): the student's own folder
+    # (submissions/alice/nb.ipynb), or None: the submission alone (submissions/alice.ipynb, whose
+    # folder is the whole class's).
+    folder: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -41,10 +47,67 @@ def _visible(path: Path) -> bool:
     return not path.name.startswith((".", "_"))  # .ipynb_checkpoints, __pycache__, __MACOSX, .git
 
 
-def _gradable_in(folder: Path) -> list[Path]:
-    files = sorted(p for p in folder.iterdir() if p.is_file() and _visible(p) and p.suffix.lower() in GRADABLE)
-    notebooks = [p for p in files if p.suffix.lower() == ".ipynb"]
-    return notebooks or files  # a folder with a notebook and a helper .py is the notebook
+def refusal(path: Path, root: Path | None = None) -> Text | None:
+    """Why `path` is not taken as anyone's submission, or None: a link (to a classmate's notebook,
+    the solution, reference/), a device, a socket, a pipe, or anything whose real place is
+    outside `root` (the class folder).  Read with lstat: a link is judged as a link, never by
+    what it points to."""
+    try:
+        info = path.lstat()
+    except OSError as error:
+        return Text(f"{path} 无法读取（{error.strerror}），未评分", f"{path} cannot be read ({error.strerror}): not graded")
+    if stat.S_ISLNK(info.st_mode):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        return Text(
+            f"{path} 是一个符号链接（指向 {target}），拒绝评分：请提交文件本身",
+            f"{path} is a symbolic link (to {target}): refused, submit the file itself",
+        )
+    if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
+        kind_zh, kind_en = _kind(info.st_mode)
+        return Text(f"{path} 是{kind_zh}，不是普通文件，拒绝评分", f"{path} is {kind_en}, not a regular file: refused")
+    if root is not None:
+        real, top = path.resolve(), root.resolve()
+        if real != top and top not in real.parents:
+            return Text(f"{path} 实际位于班级文件夹之外（{real}），拒绝评分", f"{path} lies outside the class folder (at {real}): refused")
+    return None
+
+
+def _kind(mode: int) -> tuple[str, str]:
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "设备文件", "a device file"
+    if stat.S_ISSOCK(mode):
+        return "套接字", "a socket"
+    if stat.S_ISFIFO(mode):
+        return "命名管道", "a named pipe"
+    return "特殊文件", "a special file"
+
+
+def _regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(path.lstat().st_mode)
+    except OSError:
+        return False
+
+
+def _gradable_in(folder: Path) -> tuple[list[Path], LeftOut | None]:
+    """The submission candidates in a student's folder, or why that student is refused."""
+    candidates = sorted(p for p in folder.iterdir() if _visible(p) and p.suffix.lower() in GRADABLE and not _is_dir(p))
+    for path in candidates:
+        why = refusal(path, folder)
+        if why is not None:
+            return [], LeftOut(folder.name, folder, why)
+    notebooks = [p for p in candidates if p.suffix.lower() == ".ipynb"]
+    return notebooks or candidates, None  # a folder with a notebook and a helper .py is the notebook
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(path.lstat().st_mode)
+    except OSError:
+        return False
 
 
 def _left_out(student_id: str, folder: Path, files: list[Path]) -> LeftOut:
@@ -75,27 +138,41 @@ def discover(paths: Sequence[Path], id_from: str = "auto", exclude: Sequence[Pat
     `exclude`: folders that are no student's (the class folder, when it lies among the submissions).
     """
     skip = {p.resolve() for p in exclude}
-    found: list[tuple[str, Path]] = []
+    found: list[tuple[str, Path, Path | None]] = []
     left_out: list[LeftOut] = []
     for given in paths:
-        if given.is_file():
-            found.append((given.parent.name if id_from == "parent" else given.stem, given))
+        if not given.is_dir() and (given.is_file() or given.is_symlink() or given.exists()):
+            own = id_from == "parent"  # named by its folder: the folder is the student's
+            student_id = given.parent.name if own else given.stem
+            why = refusal(given)  # a file named on the command line: no link, no device either
+            if why is not None:
+                left_out.append(LeftOut(student_id, given, why))
+            else:
+                found.append((student_id, given, given.parent if own else None))
             continue
         if not given.is_dir():
             raise BatchError(f"not found: {given}")
         for entry in sorted(given.iterdir()):
-            if not _visible(entry) or entry.resolve() in skip:
+            if not _visible(entry) or (not entry.is_symlink() and entry.resolve() in skip):
                 continue
-            if entry.is_file() and entry.suffix.lower() in GRADABLE:
-                found.append((given.name if id_from == "parent" else entry.stem, entry))
-            elif entry.is_dir():
-                files = _gradable_in(entry)
-                if len(files) == 1:
-                    found.append((files[0].stem if id_from == "stem" else entry.name, files[0]))
+            gradable_name = entry.suffix.lower() in GRADABLE
+            why = refusal(entry, given)
+            if why is not None:  # a student's file or folder that is a link, a device, ...: their row says so
+                student_id = (given.name if id_from == "parent" else entry.stem) if gradable_name else entry.name
+                left_out.append(LeftOut(student_id, entry, why))
+                continue
+            if _regular(entry) and gradable_name:
+                found.append((given.name if id_from == "parent" else entry.stem, entry, None))
+            elif _is_dir(entry):
+                files, refused = _gradable_in(entry)
+                if refused is not None:
+                    left_out.append(refused)
+                elif len(files) == 1:
+                    found.append((files[0].stem if id_from == "stem" else entry.name, files[0], entry))
                 else:
                     left_out.append(_left_out(entry.name, entry, files))
     by_id: dict[str, list[Path]] = {}
-    for student_id, path in [*found, *((s.id, s.path) for s in left_out)]:
+    for student_id, path in [*((sid, path) for sid, path, _ in found), *((s.id, s.path) for s in left_out)]:
         by_id.setdefault(student_id, []).append(path)
     clashes = {sid: ps for sid, ps in by_id.items() if len(ps) > 1}
     if clashes:
@@ -103,18 +180,29 @@ def discover(paths: Sequence[Path], id_from: str = "auto", exclude: Sequence[Pat
         raise BatchError("several submissions map to one student id (see --id-from):\n" + "\n".join(lines))
     if not found and not left_out:
         raise BatchError("no .ipynb or .py submissions found")
-    return sorted((Student(sid, path) for sid, path in found), key=lambda s: s.id), left_out
+    return sorted((Student(sid, path, folder) for sid, path, folder in found), key=lambda s: s.id), left_out
 
 
 def file_sha256(path: Path) -> str:
+    """The file's own bytes (never a link's target: O_NOFOLLOW)."""
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return ""
+    digest = hashlib.sha256()
+    try:
+        while chunk := os.read(fd, 1 << 20):
+            digest.update(chunk)
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+    return digest.hexdigest()
 
 
 def file_time(path: Path) -> str | None:
+    """When the file itself was last written (lstat: a link's target never decides it)."""
     try:
-        return datetime.fromtimestamp(path.stat().st_mtime, timezone.utc).isoformat(timespec="seconds")
+        return datetime.fromtimestamp(path.lstat().st_mtime, timezone.utc).isoformat(timespec="seconds")
     except OSError:
         return None

@@ -9,7 +9,6 @@ import builtins
 import contextlib
 import dataclasses
 import functools
-import sys
 import threading
 import time
 import traceback
@@ -18,8 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grader import given_code, integrity, seeds
+from grader import environment, given_code, integrity, seeds
 from grader.config import Config, RubricItem
+from grader.draws import pin_local_constants
+from grader.folder import plan as plan_folder
 from grader.results import FAILED, GRADER_ERROR, NOT_RUN, PASSED, CellReport, Failure, GradeResult, ItemResult, Text
 from grader.sandbox.client import LoadReport, Sandbox
 from grader.sanitize import sanitize_result
@@ -55,11 +56,15 @@ def with_seed(config: Config, seed: int | None) -> Config:
     return dataclasses.replace(config, hypothesis=dataclasses.replace(config.hypothesis, seed=seed), seed_source="command line")
 
 
-def grade_path(path: Path, config: Config, device: str = "auto", todos: Collection[str] | None = None) -> GradeResult:
+def grade_path(path: Path, config: Config, device: str = "auto", todos: Collection[str] | None = None,
+               folder: Path | None = None, alone: bool = False) -> GradeResult:
+    """`folder`: the folder the notebook runs in (a copy of it; default the submission's own);
+    `alone`: none, the submission only (grader/folder.py)."""
     started = time.monotonic()
     device = resolve_device(device)
     try:
         submission = load_submission(path, config.limits.max_file_mb << 20)
+        submission.folder = plan_folder(path, None if alone else folder or path.parent, config.notebook)
     except SubmissionError as error:
         failure = Failure(kind="unreadable", message=Text(error.zh, error.en))
         result = GradeResult(
@@ -91,21 +96,21 @@ def grade_submission(submission: Submission, config: Config, device: str, todos:
         random_cases=seeds.describe_both(random_cases, config),
     )
     deadline = time.monotonic() + config.limits.total_budget_s
-    with Sandbox(submission.cells, config.limits, allow_cuda=device == "cuda") as sandbox:
+    result.notes += environment.folder_notes(submission.folder) + environment.package_notes(config.notebook)
+    with Sandbox(submission.cells, config.limits, allow_cuda=device == "cuda", folder=submission.folder, notebook=submission.kind == "notebook") as sandbox:
         # The worker starts (imports torch, runs the cells) while this process imports the
         # checks (hypothesis, numpy): on two cores the two start-ups overlap.
         loader = threading.Thread(target=sandbox.load, daemon=True)
         loader.start()
         from grader.checks import CHECKS, REQUIRED_NAMES
         from grader.checks.base import Grading
-        from grader.checks.given import check_given  # noqa: F401  now, so hypothesis draws from the same modules' constants every time
 
-        with _hypothesis_home(sandbox.tmp):  # hypothesis caches what it reads there, never in the cwd
-            _read_local_constants()  # while the worker still starts: half a second off every cold grading
+        pin_local_constants()  # the same examples however this process was started (grader/draws.py)
         loader.join()
         result.isolation = sandbox.isolation_report()
         report = sandbox.report
         assert report is not None
+        result.skipped = environment.skipped_lines(report.skipped)
         result.cells = [
             CellReport(
                 index=c.index,
@@ -133,24 +138,23 @@ def grade_submission(submission: Submission, config: Config, device: str, todos:
             )
         grading = Grading()
         wanted = [item for item in config.items if todos is None or item.todo in todos]
-        with _hypothesis_home(sandbox.tmp):
-            # TODOs are independent: two threads grade them side by side, each with its own
-            # sessions, so that the judge's work overlaps the submission's on two cores.
-            by_todo: dict[str, list[RubricItem]] = {}
-            for item in wanted:
-                by_todo.setdefault(item.todo, []).append(item)
-            groups = _balanced(list(by_todo), 2)
-            run = functools.partial(_run_todos, by_todo=by_todo, checks=CHECKS, required_names=REQUIRED_NAMES,
-                                    sandbox=sandbox, report=report, config=config, device=device, deadline=deadline, grading=grading)
-            # The given code's checks take the place of whichever group finishes first.
-            with _one_compile_at_a_time(), ThreadPoolExecutor(max_workers=max(1, len(groups)), thread_name_prefix="pa-grade-todos") as pool:
-                futures = [pool.submit(run, group) for group in groups]
-                given = pool.submit(_given_code, submission, sandbox, report, config, deadline, grading)
-                outcomes = {o.id: o for future in futures for o in future.result()}
-                notes, broken = given.result()
-            # In the order of their keys: findings of the TODO threads and of the given checks, whichever came first.
-            result.given_code = [Failure("given_changed", note) for note in notes] + [grading.given[key] for key in sorted(grading.given)] + broken
-            result.items = [outcomes[item.id] for item in wanted]
+        # TODOs are independent: two threads grade them side by side, each with its own
+        # sessions, so that the judge's work overlaps the submission's on two cores.
+        by_todo: dict[str, list[RubricItem]] = {}
+        for item in wanted:
+            by_todo.setdefault(item.todo, []).append(item)
+        groups = _balanced(list(by_todo), 2)
+        run = functools.partial(_run_todos, by_todo=by_todo, checks=CHECKS, required_names=REQUIRED_NAMES,
+                                sandbox=sandbox, report=report, config=config, device=device, deadline=deadline, grading=grading)
+        # The given code's checks take the place of whichever group finishes first.
+        with _one_compile_at_a_time(), ThreadPoolExecutor(max_workers=max(1, len(groups)), thread_name_prefix="pa-grade-todos") as pool:
+            futures = [pool.submit(run, group) for group in groups]
+            given = pool.submit(_given_code, submission, sandbox, report, config, deadline, grading)
+            outcomes = {o.id: o for future in futures for o in future.result()}
+            notes, broken = given.result()
+        # In the order of their keys: findings of the TODO threads and of the given checks, whichever came first.
+        result.given_code = [Failure("given_changed", note) for note in notes] + [grading.given[key] for key in sorted(grading.given)] + broken
+        result.items = [outcomes[item.id] for item in wanted]
         result.output_excerpt, result.output_bytes = sandbox.output()
     if result.flags and config.zero_on_flag:
         flagged = Failure(
@@ -159,38 +163,6 @@ def grade_submission(submission: Submission, config: Config, device: str, todos:
         )
         result.items = [_item(config.item(i.id), FAILED, flagged) if i.status == PASSED else i for i in result.items]
     return result
-
-
-def _read_local_constants() -> None:
-    """Hypothesis draws constants from the source of the "local" modules loaded when it first
-    draws (the grader's own, run from a checkout), and reading them costs about half a second.
-    Read now, while the worker starts, into hypothesis's own cache (per module object): the
-    same modules, the same constants, later drawn exactly as they would have been."""
-    try:
-        from hypothesis.internal.constants_ast import constants_from_module, is_local_module_file
-    except ImportError:  # another hypothesis: it reads them itself, when it first draws
-        return
-    main = sys.modules.get("__main__")
-    for module in list(sys.modules.values()):
-        path = getattr(module, "__file__", None)
-        if module is not main and path is not None and is_local_module_file(path):
-            try:
-                constants_from_module(module)
-            except Exception:  # unreadable source: hypothesis copes when it gets there
-                pass
-
-
-@contextlib.contextmanager
-def _hypothesis_home(private: Path) -> Iterator[None]:
-    """Hypothesis caches what it learns (constants from local modules) under ./.hypothesis;
-    while grading it uses the sandbox's private directory instead, removed with it."""
-    from hypothesis.configuration import set_hypothesis_home_dir
-
-    set_hypothesis_home_dir(private / "hypothesis")
-    try:
-        yield
-    finally:
-        set_hypothesis_home_dir(None)  # back to the default: HYPOTHESIS_STORAGE_DIRECTORY or ./.hypothesis
 
 
 class _SerialCompile:
@@ -264,7 +236,7 @@ def _given_code(submission: Submission, sandbox: Sandbox, report: LoadReport, co
     from grader.checks.base import ItemContext
     from grader.checks.given import bound_methods, check_given
 
-    notes = given_code.changed([c.source for c in submission.cells])
+    notes = given_code.changed([c.python for c in submission.cells])
     broken: list[Failure] = []
     if not report.failed and time.monotonic() < deadline:
         ctx = ItemContext(sandbox, config, "given", deadline, grading)
@@ -300,7 +272,7 @@ def _run_item(
     if item.device == "cuda" and report.cuda_initialized:
         # The loaded worker already holds a CUDA context, which a forked child cannot use.
         left = dataclasses.replace(config.limits, total_budget_s=max(1.0, deadline - started))
-        with Sandbox(sandbox.cells, left, allow_cuda=True) as fresh:
+        with Sandbox(sandbox.cells, left, allow_cuda=True, folder=sandbox.folder, notebook=sandbox.notebook) as fresh:
             fresh.load()
             return _timed(item, checks[item.id], fresh, config, started, deadline, grading)
     return _timed(item, checks[item.id], sandbox, config, started, deadline, grading)

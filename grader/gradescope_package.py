@@ -13,6 +13,7 @@ AUTOGRADER_ROOT (default /autograder) and AUTOGRADER_PYTHON (default the venv se
 from __future__ import annotations
 
 import re
+import shlex
 import stat
 import zipfile
 from pathlib import Path
@@ -39,7 +40,8 @@ python3 -m venv "$ROOT/venv"
 "$ROOT/venv/bin/pip" install --quiet --upgrade pip
 # The CPU build of PyTorch: Gradescope has no GPU and the default build is gigabytes of CUDA.
 "$ROOT/venv/bin/pip" install --quiet --index-url "${{TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}}" "{torch}"
-"$ROOT/venv/bin/pip" install --quiet "$SOURCE"
+# The grader, and the packages the course's notebooks may import (config.toml [notebook] packages).
+"$ROOT/venv/bin/pip" install --quiet "$SOURCE" {packages}
 """
 
 RUN_AUTOGRADER = """#!/usr/bin/env bash
@@ -71,6 +73,12 @@ if [ ! -s "$RESULTS" ]; then
 fi
 exit 0
 """
+
+
+def course_packages(root: Path) -> str:
+    """The [notebook] packages of the zip's grader/config.toml, quoted for the shell."""
+    raw = tomllib.loads((root / PACKAGE / "config.toml").read_text(encoding="utf-8"))
+    return " ".join(shlex.quote(p) for p in raw.get("notebook", {}).get("packages", []))
 
 
 def torch_requirement(root: Path) -> str:
@@ -105,7 +113,7 @@ def build(root: Path, out: Path, lang: str) -> list[str]:
     out.parent.mkdir(parents=True, exist_ok=True)
     names = []
     with zipfile.ZipFile(out, "w") as archive:
-        _add(archive, "setup.sh", SETUP_SH.format(torch=torch_requirement(root)).encode(), executable=True)
+        _add(archive, "setup.sh", SETUP_SH.format(torch=torch_requirement(root), packages=course_packages(root)).encode(), executable=True)
         _add(archive, "run_autograder", RUN_AUTOGRADER.format(lang=lang).encode(), executable=True)
         names += ["setup.sh", "run_autograder"]
         for name, path in members(root):

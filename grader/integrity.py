@@ -28,12 +28,17 @@ IMPORT_MACHINERY = ("meta_path", "path_hooks", "path_importer_cache")
 def scan(submission: Submission) -> list[Text]:
     findings: list[Text] = []
     for cell in submission.cells:
-        try:
-            tree = ast.parse(cell.source)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            continue  # the worker reports the cell; nothing here can be flagged from it
+        # The cell as the kernel compiles it, and a module it writes (%%writefile x.py) for a later import.
+        trees = []
+        for code in (cell.python, cell.written_python):
+            if code is None:
+                continue
+            try:
+                trees.append(ast.parse(code))
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                continue  # the worker reports the cell; nothing here can be flagged from it
         seen: set[tuple[str, str]] = set()
-        for node in ast.walk(tree):
+        for node in (node for tree in trees for node in ast.walk(tree)):
             finding = _finding(node)
             if finding is None or finding in seen:
                 continue

@@ -5,10 +5,10 @@
 The processes of a warm batch, and who forks whom:
 
     grade-batch (threads; the gradebook)
-      └─ judge server            imports the checks (hypothesis, numpy), the reports, the CLI
-           ├─ worker template    worker.py --template: torch imported; never runs submission code
+      └─ judge server            imports the checks (hypothesis, numpy) and the reports
+           ├─ worker template    worker.py --template: torch and IPython imported; never runs submission code
            │    └─ keeper -> nest -> init -> zygote -> sessions     one tree per submission
-           └─ judge              one per submission: `grade PATH --json OUT ...` run in-process
+           └─ judge              one per submission: its GradeJob (grader/job.py), what `grade` runs
 
 Each judge is a fresh fork of the server, in a session of its own, so a crash or a hang ends
 that judge alone (the batch stops it as it would a `grade` process), and nothing one grading
@@ -36,16 +36,16 @@ import socket
 import subprocess
 import sys
 import traceback
-import types
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grader.sandbox import forkserver
 from grader.sandbox.forked import Forked, ForkRefused, request
 
+if TYPE_CHECKING:
+    from grader.job import GradeJob
+
 READY_TIMEOUT_S = 180.0  # torch's and hypothesis' imports on a machine busy with other work
-_MAIN: types.ModuleType | None = None  # the judges' __main__ (see _import_judge)
-WARM_ONLY = ("grader.sandbox.warm", "grader.sandbox.forked", "grader.sandbox.forkserver")
 
 
 def main(argv: list[str]) -> int:
@@ -60,8 +60,7 @@ def main(argv: list[str]) -> int:
 
     # The template's torch import and this process's own imports overlap (two cores or more).
     template = warm.start(worker_env(resolve_device(device) == "cuda"), label=label)
-    global _MAIN
-    _MAIN = _import_judge()
+    _import_judge()
     why = ""
     try:
         template.wait_ready()
@@ -78,47 +77,25 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _import_judge() -> types.ModuleType:
-    """What a `grade` process has imported when it draws its first example, and no more.
-
-    No more, because hypothesis draws constants found in the source of the "local" modules
-    loaded at that moment (the grader's own, when it runs from a checkout): a judge that had
-    more of them loaded could draw other examples than a cold `grade`, and give another
-    grade.  (grader.checks.given is among them: its checks run beside the TODOs', so a grading
-    imports it before its first draw.)  Returns the stand-in for `python -m grader`'s __main__.
-    """
-    # The imports of `python -m grader grade` up to then: the CLI (every verb's module), what
-    # commands/grade.py's _run imports, and what grade_submission imports before its first item.
+def _import_judge() -> None:
+    """What a grading imports (hypothesis, numpy, torch-free checks, the reports), so that no judge
+    pays for it.  Hypothesis draws no constants from whatever modules are loaded (grader/draws.py),
+    so a judge draws the examples a `grade` process draws, whatever either has imported."""
     import grader.checks  # noqa: F401  hypothesis, numpy and every check
     import grader.checks.base  # noqa: F401
     import grader.checks.given  # noqa: F401
-    import grader.cli  # noqa: F401
     import grader.config  # noqa: F401
     import grader.grade  # noqa: F401
+    import grader.job  # noqa: F401
     import grader.report.github  # noqa: F401
     import grader.report.gradescope  # noqa: F401
     import grader.report.html  # noqa: F401
     import grader.report.markdown  # noqa: F401
     import grader.report.text  # noqa: F401
     import grader.sanitize  # noqa: F401
+    from grader.draws import pin_local_constants
 
-    # A cold grade's __main__ is grader/__main__.py; a stand-in with its file (not run) gives
-    # the same constants.  This server's own __main__ (this file) is no module of a grading.
-    main_file = os.path.join(os.path.dirname(grader.__file__), "__main__.py")
-    stand_in = types.ModuleType("__main__")
-    stand_in.__file__ = main_file
-    # Reading each module's constants costs about half a second of every cold grading; the
-    # result is a function of the module's source alone (cached per module object).
-    try:
-        from hypothesis.internal.constants_ast import constants_from_module, is_local_module_file
-
-        for module in [*list(sys.modules.values()), stand_in]:
-            path = getattr(module, "__file__", None)
-            if module is not sys.modules["__main__"] and path is not None and is_local_module_file(path):
-                constants_from_module(module)
-    except ImportError:  # another hypothesis: the judges read them themselves
-        pass
-    return stand_in
+    pin_local_constants()
 
 
 def _judge(message: dict[str, Any], fds: list[int]) -> None:
@@ -134,20 +111,15 @@ def _judge(message: dict[str, Any], fds: list[int]) -> None:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     os.chdir(str(message["cwd"]))
-    if _MAIN is not None:  # as in `python -m grader` (see _import_judge)
-        sys.modules["__main__"] = _MAIN
-        sys.argv[0] = str(_MAIN.__file__)
-    for name in WARM_ONLY:  # in use (the template's handle holds them) but no module a `grade` process has
-        sys.modules.pop(name, None)
-    sys.argv = [sys.argv[0], *message["argv"]]
-    os._exit(_run([str(a) for a in message["argv"]]))
+    os._exit(_run(message.get("job")))
 
 
-def _run(argv: list[str]) -> int:
-    from grader.cli import main as cli_main
+def _run(job: Any) -> int:
+    """The job's exit status, as a `grade` process would end with it."""
+    from grader.job import GradeJob, run_job
 
     try:
-        code = cli_main(argv)
+        code = run_job(GradeJob.from_dict(job))
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
     except BaseException:  # what the interpreter would print, and its exit status
@@ -217,9 +189,9 @@ class JudgeServer:
         server.why_cold = str(message.get("why") or "")
         return server
 
-    def grade(self, argv: list[str], *, cwd: str, stderr: int) -> Forked:
-        """A judge forked for one `grade` command line (argv after `python -m grader`).  Raises ForkRefused."""
-        return request(self.requests, {"label": "judge", "argv": argv, "cwd": cwd}, [stderr])
+    def grade(self, job: GradeJob, *, cwd: str, stderr: int) -> Forked:
+        """A judge forked for one grading (what `grade` does with these options).  Raises ForkRefused."""
+        return request(self.requests, {"label": "judge", "job": job.to_dict(), "cwd": cwd}, [stderr])
 
     def close(self, timeout_s: float = 15.0) -> None:
         """Stop it: it stops the judges still running, then lets the template go."""

@@ -7,7 +7,8 @@
 
 It grades the cells this kernel has run so far, in the order they ran (IPython's input
 history, as typed), exactly as `grade` grades a file: a fresh process of the grader runs them
-in the sandbox and checks them with the same rubric. Nothing of the kernel is used but the
+in the sandbox, through IPython, in a copy of the notebook's folder (where the kernel started),
+and checks them with the same rubric. Nothing of the kernel is used but the
 text of those cells: not its objects, not its modules (a patched `torch` or `grader` in the
 kernel changes nothing). The scorecard is shown inline (HTML in a notebook front end, text in
 a terminal) and returned: `.score` out of 100 (over the items graded), `.items`.
@@ -123,6 +124,15 @@ def _notebook_name(shell: Any) -> str:
     return "notebook.ipynb"
 
 
+def _notebook_folder(shell: Any) -> str:
+    """Where the kernel started, which is the notebook's folder (IPython's directory history
+    begins there, whatever %cd did since)."""
+    visited = getattr(shell, "user_ns", {}).get("_dh")
+    if isinstance(visited, list) and visited and isinstance(visited[0], str):
+        return visited[0]
+    return os.getcwd()
+
+
 def check(todo: str | int | None = None, *, lang: str | None = None) -> CheckResult | None:
     """Grade the cells this kernel has run so far and show the scorecard. See the module doc."""
     from grader.config import load_config
@@ -146,7 +156,7 @@ def check(todo: str | int | None = None, *, lang: str | None = None) -> CheckRes
         return None
     started = time.monotonic()
     try:
-        result = grade_history(cells, _notebook_name(shell), todos)
+        result = grade_history(cells, _notebook_name(shell), todos, folder=_notebook_folder(shell))
     except KeyboardInterrupt:
         print(_say("interrupted", lang), file=sys.stderr)
         return None
@@ -171,14 +181,15 @@ def show(outcome: CheckResult) -> None:
         print(plain)
 
 
-def grade_history(cells: list[tuple[int, str]], name: str, todos: list[str], timeout: float | None = None) -> GradeResult:
-    """Grade (number, source) cells in a fresh grader process; the sanitised result."""
+def grade_history(cells: list[tuple[int, str]], name: str, todos: list[str], timeout: float | None = None, folder: str | None = None) -> GradeResult:
+    """Grade (number, source) cells in a fresh grader process, in a copy of `folder` (the
+    notebook's; None: nothing of it), as `grade` grades a notebook; the sanitised result."""
     from grader.runner import stop_grader
     from grader.sanitize import sanitize_result
 
     with tempfile.TemporaryDirectory(prefix="pa-check-") as tmp:
         request, answer = Path(tmp) / "cells.json", Path(tmp) / "result.json"
-        request.write_text(json.dumps({"cells": cells, "name": name, "todos": todos}, ensure_ascii=True), encoding="utf-8")
+        request.write_text(json.dumps({"cells": cells, "name": name, "todos": todos, "folder": folder}, ensure_ascii=True), encoding="utf-8")
         command = [sys.executable, "-m", "grader.notebook", str(request), str(answer)]
         env = {**os.environ, "PYTHONPATH": _import_root() + os.pathsep + os.environ.get("PYTHONPATH", "")}
         # Run from the empty temporary folder: nothing next to the notebook shadows the grader.
@@ -207,17 +218,22 @@ def _import_root() -> str:
 def child_main(request: Path, answer: Path) -> int:
     from grader.checkcalls import strip_check_calls
     from grader.config import load_config
+    from grader.folder import plan
     from grader.grade import grade_submission, resolve_device
     from grader.report.cells import annotate
     from grader.results import Text
     from grader.sanitize import sanitize_result
-    from grader.submission import Cell, Submission, neutralise_ipython
+    from grader.submission import Cell, Submission
 
     data = json.loads(request.read_text(encoding="utf-8"))
-    cells = strip_check_calls([Cell(int(number), neutralise_ipython(str(source))) for number, source in data["cells"]])
+    # The cells as typed, as `grade` reads them from a notebook: IPython runs them in the sandbox.
+    cells = strip_check_calls([Cell(int(number), str(source)) for number, source in data["cells"]])
     digest = hashlib.sha256("\n\n".join(cell.source for cell in cells).encode("utf-8", "replace")).hexdigest()
-    submission = Submission(Path(re.sub(r"[\x00-\x1f]", "", str(data["name"]))[:300] or "notebook.ipynb"), "notebook", cells, digest)
+    name = Path(re.sub(r"[\x00-\x1f]", "", str(data["name"]))[:300] or "notebook.ipynb")
     config = load_config()
+    folder = Path(data["folder"]) if isinstance(data.get("folder"), str) else None
+    notebook = name if name.is_absolute() or folder is None else folder / name
+    submission = Submission(name, "notebook", cells, digest, folder=plan(notebook, folder, config.notebook))
     started = time.monotonic()
     result = grade_submission(submission, config, resolve_device("auto"), data["todos"] or None)
     result.seconds = round(time.monotonic() - started, 3)

@@ -73,6 +73,16 @@ class CellReport:
 
 
 @dataclass
+class SkippedLine:
+    """A line of the notebook that did not run while grading (reports say why, in both languages)."""
+
+    cell: int
+    line: int | None  # in the cell, when known
+    text: str  # the line as typed
+    reason: str  # "shell", "install", "debugger", "network" or "program" (grader/report/labels.py)
+
+
+@dataclass
 class GradeResult:
     submission: str
     sha256: str
@@ -89,6 +99,7 @@ class GradeResult:
     isolation: dict[str, Any] = field(default_factory=dict)  # what confined the submission while it ran
     given_code: list[Failure] = field(default_factory=list)  # given (non-TODO) code changed or behaving differently
     random_cases: dict[str, str] = field(default_factory=dict)  # {"kind": "secret" | "public" | "given", "zh": ..., "en": ...}
+    skipped: list[SkippedLine] = field(default_factory=list)  # lines not run while grading (shell, installs, debuggers)
 
     @property
     def max_score(self) -> float:
@@ -150,4 +161,5 @@ class GradeResult:
             isolation=dict(data.get("isolation") or {}),
             given_code=[f for f in (failure(g) for g in data.get("given_code") or []) if f is not None],
             random_cases={str(k): str(v) for k, v in (data.get("random_cases") or {}).items()},
+            skipped=[SkippedLine(**s) for s in data.get("skipped") or [] if isinstance(s, dict)],
         )

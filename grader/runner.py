@@ -6,11 +6,12 @@ an error record and the batch goes on.  Warm (the default of grade-batch): the j
 from the batch's judge server (grader/judge_server.py), which imported the checks once, and
 its sandbox forks the worker from a template that imported torch once.  Cold (`--cold`, and
 the fallback when the server cannot start or stops answering): a `python -m grader grade
---json` process per submission.  Both run the same `grade` command, with the same result.
+--json` process per submission.  Both run the same GradeJob (grader/job.py), with the same result.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -28,6 +29,7 @@ from grader.classfolder import error_result
 from grader.config import Config
 from grader.discovery import Student
 from grader.gradebook import ERROR, GRADED
+from grader.job import GradeJob
 from grader.judge_server import JudgeServer
 from grader.results import GradeResult
 from grader.sandbox.forked import Forked, ForkRefused
@@ -48,7 +50,7 @@ class Runner:
     """Runs `grade` processes and can stop every one of them at once (on Ctrl-C / SIGTERM)."""
 
     config: Config
-    grade_args: list[str]
+    job: GradeJob  # the options of every student's grading (lang, device, seed, configuration)
     timeout_s: float
     python: str = sys.executable
     stopping: threading.Event = field(default_factory=threading.Event)
@@ -76,18 +78,18 @@ class Runner:
             shutil.rmtree(self._server_dir, ignore_errors=True)
             self._server_dir = None
 
-    def _start(self, path: Path, json_out: Path, tmp: str, stderr: int, cold: bool = False) -> subprocess.Popen | Forked:
-        command = self.command(path, json_out)
+    def _start(self, student: Student, json_out: Path, tmp: str, stderr: int, cold: bool = False) -> subprocess.Popen | Forked:
+        job = self.job_for(student.path.resolve(), json_out, student.folder)
         judges = None if cold else self.judges
         if judges is not None:
             try:
-                return judges.grade(command[3:], cwd=tmp, stderr=stderr)
+                return judges.grade(job, cwd=tmp, stderr=stderr)
             except ForkRefused as error:  # the server is gone: the rest of the batch goes cold
                 self.judges = None
                 self.cold_reason = str(error)
         # Own session: a timeout or a stop kills the grader and everything it started.
         return subprocess.Popen(
-            command,
+            [self.python, "-m", "grader", "grade", *job.argv()],
             cwd=tmp,
             env=self.env(),
             stdin=subprocess.DEVNULL,
@@ -96,8 +98,10 @@ class Runner:
             start_new_session=True,
         )
 
-    def command(self, path: Path, json_out: Path) -> list[str]:
-        return [self.python, "-m", "grader", "grade", str(path), "--json", str(json_out), *self.grade_args]
+    def job_for(self, path: Path, json_out: Path, folder: Path | None = None) -> GradeJob:
+        """One student's grading; the notebook runs in a copy of `folder`, or alone (None)."""
+        where = {"folder": folder.resolve(), "alone": False} if folder is not None else {"folder": None, "alone": True}
+        return dataclasses.replace(self.job, submission=path, json=json_out, **where)
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -129,7 +133,7 @@ class Runner:
                 with self._lock:
                     if self.stopping.is_set():
                         return None
-                    child = self._start(student.path.resolve(), json_out, tmp, stderr.fileno(), cold)
+                    child = self._start(student, json_out, tmp, stderr.fileno(), cold)
                     self._children.add(child)
                 try:
                     child.wait(timeout=self.timeout_s)

@@ -26,10 +26,12 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from grader.results import FAILED, NOT_RUN, PASSED, CellReport, Failure, GradeResult, ItemResult, Text
+from grader.report.pictures import normalise_picture
+from grader.results import FAILED, NOT_RUN, PASSED, CellReport, Failure, GradeResult, ItemResult, SkippedLine, Text
 
 FOLD = " ⏎ "  # where a newline was, in text that must stay on one line
 CELL_STATUSES = ("ok", "error", "timeout", "crashed", "not_run")
+SKIP_REASONS = ("shell", "install", "debugger", "network", "program")
 
 
 @dataclass(frozen=True)
@@ -178,8 +180,6 @@ def _failure(failure: Failure | None, limits: FieldLimits) -> Failure | None:
         return None
     if not isinstance(failure, Failure):
         return Failure("error", Text("结果记录损坏", "malformed result record"))
-    from grader.report.pictures import normalise_picture  # the renderers' own schema check
-
     return replace(
         failure,
         kind=safe_line(failure.kind, limits.short),
@@ -189,7 +189,7 @@ def _failure(failure: Failure | None, limits: FieldLimits) -> Failure | None:
         expected=safe_line(failure.expected, limits.value),
         actual=safe_line(failure.actual, limits.value),
         traceback=safe_block(failure.traceback, limits.value, limits.lines, keep="tail"),
-        picture=normalise_picture(failure.picture),
+        picture=normalise_picture(failure.picture, safe_line),  # the renderers' own schema check
     )
 
 
@@ -239,6 +239,21 @@ def _cells(cells: list[CellReport], limits: FieldLimits) -> tuple[list[CellRepor
         if raised <= limits.cells:
             kept.append(_cell(cell, limits))
     return kept, max(0, raised - limits.cells)
+
+
+def _skipped(lines: list[Any], limits: FieldLimits) -> tuple[list[SkippedLine], int]:
+    """The lines not run while grading, up to the cap, with a known reason each; and how many more."""
+    valid = [s for s in lines or [] if isinstance(s, SkippedLine) and s.reason in SKIP_REASONS]
+    kept = [
+        SkippedLine(
+            cell=_int(s.cell),
+            line=None if s.line is None or _int(s.line) <= 0 else _int(s.line),
+            text=safe_line(s.text, limits.value // 8),
+            reason=s.reason,
+        )
+        for s in valid[: limits.flags]
+    ]
+    return kept, len(valid) - len(kept)
 
 
 def _data(value: Any, limits: FieldLimits, depth: int = 0) -> Any:
@@ -296,12 +311,14 @@ def sanitize_result(result: GradeResult, limits: FieldLimits = DEFAULT_LIMITS) -
     given = [g for g in result.given_code or [] if isinstance(g, Failure)]
     result.given_code = [f for f in (_failure(g, limits) for g in given[: limits.flags]) if f is not None]
     result.flags = _texts(result.flags, limits.flags, limits, "诚信提示", "integrity flags")
+    result.skipped, skipped_cut = _skipped(list(result.skipped or []), limits)
     extra = [
         more_note(count, zh, en)
         for count, zh, en in (
             (cells_cut, "出错的代码单元", "cells that raised"),
             (len(given) - len(result.given_code), "关于给定代码的发现", "findings about the given code"),
             (len(items) - len(result.items), "评分项", "rubric items"),
+            (skipped_cut, "评分时未运行的行", "lines not run while grading"),
         )
         if count > 0
     ]

@@ -54,6 +54,7 @@ class Standing:
     source: str = BATCH
     submitted_at: str | None = None
     recorded_at: str = ""
+    identical_to: tuple[str, ...] = ()  # other students whose current submission has the same bytes (sha256)
 
     @property
     def imported(self) -> bool:
@@ -70,14 +71,38 @@ def _one_line(text: str, limit: int = 300) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def of(entry: Entry, lang: str) -> Standing:
+def identical(entries: list[Entry]) -> dict[str, tuple[str, ...]]:
+    """For each student whose current file is byte for byte another's (same sha256), those others.
+
+    A flag for the TA to look at (one student copied another, or both the same source), never a
+    verdict: both keep their grades.
+    """
+    by_hash: dict[str, list[str]] = {}
+    for entry in entries:
+        if entry.sha256:
+            by_hash.setdefault(entry.sha256, []).append(entry.student)
+    same: dict[str, tuple[str, ...]] = {}
+    for students in by_hash.values():
+        if len(students) > 1:
+            for student in students:
+                same[student] = tuple(sorted(s for s in students if s != student))
+    return same
+
+
+def all_of(entries: list[Entry], lang: str) -> list[Standing]:
+    """Every student's standing, with the identical submissions flagged."""
+    same = identical(entries)
+    return [of(entry, lang, same.get(entry.student, ())) for entry in entries]
+
+
+def of(entry: Entry, lang: str, identical_to: tuple[str, ...] = ()) -> Standing:
     """The student's standing from their current gradebook entry; `lang` for the reason."""
     result = entry.result
     if entry.status != gradebook.GRADED or result.error is not None:
         status = {gradebook.LEFT_OUT: Status.LEFT_OUT, gradebook.ERROR: Status.GRADER_ERROR}.get(entry.status, Status.NOT_GRADABLE)
         reason = result.error.message.get(lang) if result.error is not None else ""
         return Standing(entry.student, status, None, None, None, reason=_one_line(reason), source=entry.source,
-                        submitted_at=entry.submitted_at, recorded_at=entry.graded_at)
+                        submitted_at=entry.submitted_at, recorded_at=entry.graded_at, identical_to=identical_to)
     per_todo = result.todo_scores()
     todos = {todo: per_todo.get(todo, (0.0, 0.0))[0] for todo in TODOS}
     todo_possible = {todo: per_todo.get(todo, (0.0, 0.0))[1] for todo in TODOS}
@@ -88,4 +113,5 @@ def of(entry: Entry, lang: str) -> Standing:
     return Standing(
         entry.student, Status.GRADED, result.score, sum(todos.values()), sum(todo_possible.values()), todos, todo_possible,
         reason=_one_line(reason), source=entry.source, submitted_at=entry.submitted_at, recorded_at=entry.graded_at,
+        identical_to=identical_to,
     )

@@ -1,13 +1,13 @@
 """Read a submission (.ipynb or .py) into the code cells a fresh kernel would run.
 
 "Restart and run all": code cells top to bottom whatever their execution counts, outputs
-ignored, IPython magics and shell escapes turned into `get_ipython()` calls as a kernel does.  Input that cannot be read
-raises SubmissionError with a reason in both languages; nothing here runs student code.
+ignored, each cell as typed (IPython runs it in the sandbox; `Cell.python` is what the judge
+reads of it).  Input that cannot be read raises SubmissionError with a reason in both
+languages; nothing here runs student code.
 """
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import re
@@ -18,11 +18,10 @@ from pathlib import Path
 
 import nbformat
 
+from grader.cells import Cell
 from grader.checkcalls import strip_check_calls
+from grader.folder import FolderCopy
 
-# Cell magics whose body is Python, run once as the cell's code; the worker's stand-in shell
-# skips any other (%%bash, %%html...), as a grading run must.
-PYTHON_CELL_MAGICS = {"time", "timeit", "capture", "prun", "debug"}
 PY_CELL_MARKER = re.compile(r"^# ?(%%|In\[[ 0-9]*\]:)")
 
 
@@ -34,12 +33,6 @@ class SubmissionError(Exception):
         self.en = en
 
 
-@dataclass(frozen=True)
-class Cell:
-    index: int  # position among the notebook's code cells, from 1, as a student counts them
-    source: str
-
-
 @dataclass
 class Submission:
     path: Path
@@ -47,6 +40,7 @@ class Submission:
     cells: list[Cell]
     sha256: str
     notes: list[tuple[str, str]] = field(default_factory=list)  # (zh, en) remarks for the scorecard
+    folder: FolderCopy | None = None  # what of its folder the notebook sees (grader/folder.py); None: nothing
 
 
 def load_submission(path: Path, max_bytes: int) -> Submission:
@@ -144,7 +138,7 @@ def _notebook_cells(data: bytes) -> tuple[list[Cell], list[tuple[str, str]]]:
         source = cell.get("source", "")
         if isinstance(source, list):
             source = "".join(source)
-        cells.append(Cell(code_index, neutralise_ipython(str(source))))
+        cells.append(Cell(code_index, str(source)))
     if not cells:
         raise SubmissionError("no_code", "笔记本里没有代码单元", "the notebook has no code cells")
     return cells, notes
@@ -170,68 +164,4 @@ def _python_cells(text: str) -> list[Cell]:
         if PY_CELL_MARKER.match(line) and any(x.strip() for x in chunks[-1]):
             chunks.append([])
         chunks[-1].append(line)
-    return [Cell(i, neutralise_ipython("\n".join(chunk))) for i, chunk in enumerate(chunks, start=1)]
-
-
-def neutralise_ipython(source: str) -> str:
-    """A cell as a Jupyter kernel would run it, as plain Python.
-
-    Valid Python is never touched (`!= 0` or `% block_size` at the start of a wrapped line is
-    an operator, not a shell escape).  Otherwise a `%%time`-like cell keeps its body as the
-    cell's code (so the grader sees the definitions in it), and IPython's own input
-    transformer turns magics and `!` lines into `get_ipython()` calls, which the worker's
-    stand-in shell runs as a notebook would (shell escapes do nothing while grading).
-    Without IPython, such lines become `pass`.
-    """
-    if _parses(source):
-        return source
-    lines = source.split("\n")
-    first = lines[0].strip() if lines else ""
-    if first.startswith("%%"):
-        magic = first[2:].split()[0] if first[2:].split() else ""
-        if magic in PYTHON_CELL_MAGICS:
-            return neutralise_ipython("\n".join(["pass  # " + first, *lines[1:]]))
-    transformed = _ipython_transform(source)
-    if transformed is not None and _parses(transformed):
-        return transformed
-    return _blank_ipython_lines(source)
-
-
-def _ipython_transform(source: str) -> str | None:
-    try:
-        from IPython.core.inputtransformer2 import TransformerManager
-    except ImportError:
-        return None
-    try:
-        return TransformerManager().transform_cell(source)
-    except Exception:  # IPython could not make sense of it either: the cell is reported as it is
-        return None
-
-
-def _blank_ipython_lines(source: str) -> str:
-    """Magics and shell escapes as `pass`, keeping line numbers and indentation."""
-    lines = source.split("\n")
-    first = lines[0].strip() if lines else ""
-    if first.startswith("%%"):
-        magic = first[2:].split()[0] if first[2:].split() else ""
-        return "pass  # cell magic %%" + magic + " not run by the grader"
-    out = []
-    depth = 0  # open brackets before this line (strings and comments are rare enough to ignore here)
-    for line in lines:
-        stripped = line.lstrip()
-        indent = line[: len(line) - len(stripped)]
-        if depth == 0 and (stripped.startswith(("%", "!")) or re.match(r"^[A-Za-z_][\w, ]*=\s*[!%]", stripped)):
-            out.append(indent + "pass  # IPython line not run by the grader")
-            continue
-        out.append(line)
-        code = line.split("#", 1)[0]
-        depth = max(0, depth + sum(code.count(c) for c in "([{") - sum(code.count(c) for c in ")]}"))
-    return "\n".join(out)
-
-
-def _parses(source: str) -> bool:
-    try:
-        ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return False
-    return True
+    return [Cell(i, "\n".join(chunk)) for i, chunk in enumerate(chunks, start=1)]

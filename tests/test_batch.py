@@ -22,6 +22,7 @@ import yaml
 from grader import classfolder, discovery, runner
 from grader.config import load_config
 from grader.gradebook import BATCH, CI, ERROR, GRADED, GRADESCOPE, LEFT_OUT, Gradebook
+from grader.job import GradeJob
 from grader.report.gradescope import to_results_json
 from grader.results import FAILED, NOT_RUN, PASSED, Failure, GradeResult, ItemResult, Text
 from tests.conftest import CORPUS, ROOT, graded
@@ -181,7 +182,7 @@ def test_import_ci_results_and_a_gradescope_export_then_export_csv(tmp_path: Pat
 
     rows = {row["student_id"]: row for row in _csv(out)}
     assert list(rows["s001"]) == ["student_id", "total", "points", "possible", "todo1", "todo2", "todo3", "todo4", "todo5",
-                                  "status", "reason", "source", "submitted_at", "recorded_at"]
+                                  "status", "reason", "source", "submitted_at", "recorded_at", "identical_to"]
     s001 = rows["s001"]
     assert [s001[k] for k in ("total", "points", "possible", "todo1", "todo2", "todo3", "todo4", "todo5")] == \
         ["75", "75", "100", "15", "20", "0", "15", "25"]
@@ -276,12 +277,12 @@ def _fake_python(tmp_path: Path, body: str) -> str:
 def test_a_crashing_or_hanging_grader_becomes_an_error_record(tmp_path: Path) -> None:
     config = load_config()
     student = discovery.Student("alice", tmp_path / "alice.ipynb")
-    crash = runner.Runner(config, [], timeout_s=30, python=_fake_python(tmp_path, "echo 'Segmentation fault' >&2; exit 139"))
+    crash = runner.Runner(config, GradeJob(), timeout_s=30, python=_fake_python(tmp_path, "echo 'Segmentation fault' >&2; exit 139"))
     outcome = crash.grade(student, "ff")
     assert outcome is not None and outcome.status == ERROR and outcome.result.score == 0
     assert outcome.result.error.kind == "grader_crash" and "Segmentation fault" in outcome.result.error.message.en
     started = time.monotonic()
-    hang = runner.Runner(config, [], timeout_s=1, python=_fake_python(tmp_path, "exec sleep 60"))
+    hang = runner.Runner(config, GradeJob(), timeout_s=1, python=_fake_python(tmp_path, "exec sleep 60"))
     outcome = hang.grade(student, "ff")
     assert outcome is not None and outcome.result.error.kind == "timeout"
     assert time.monotonic() - started < 15
@@ -305,9 +306,10 @@ import sys
 from pathlib import Path
 from grader import batch, discovery
 from grader.config import load_config
+from grader.job import GradeJob
 out, fake, subs = sys.argv[1:]
 students, left_out = discovery.discover([Path(subs)])
-summary = batch.run_batch(students, Path(out), load_config(), lang="en", jobs=3, grade_args=[], timeout_s=300,
+summary = batch.run_batch(students, Path(out), load_config(), lang="en", jobs=3, job=GradeJob(), timeout_s=300,
                           left_out=left_out, python=fake)
 sys.exit(130 if summary.interrupted else 0)
 """

@@ -34,12 +34,19 @@ from tests.conftest import SOLUTION_NB, STUDENT_NB
         # A name taken back by the student is theirs again.
         ("import grader\ngrader = 5\nprint(grader)", "pass\ngrader = 5\nprint(grader)"),
         ("def broken(:\n    import grader", "def broken(:\n    import grader"),  # the worker reports it
+        # Cells as typed, with IPython's syntax: the check goes, the magics stay, line for line.
+        ("!ls\nimport grader\ngrader.check()\nx = 1", "!ls\npass\npass\nx = 1"),
+        ("%time y = 2\nimport grader as g\nprint(g.check().score)", "%time y = 2\npass\npass"),
+        ("import grader\n%time r = grader.check()\nx = 1", "pass\npass\nx = 1"),
+        ("%%time\nimport grader\ngrader.check()", "%%time\n" + PLACEHOLDER),
+        ("%%capture out\ndef f():\n    return 1\nimport grader\ngrader.check()", "%%capture out\ndef f():\n    return 1\npass\npass"),
+        ("%%bash\nimport grader", "%%bash\nimport grader"),  # not Python: nothing runs it as such
     ],
 )
 def test_strip_source(source: str, expected: str) -> None:
     stripped = strip_source(source, set())
     assert stripped == expected
-    if expected != source and "broken(" not in source:
+    if expected != source and "broken(" not in source and not stripped.startswith(("%", "!")):
         ast.parse(stripped)
         assert len(stripped.split("\n")) in (1, len(source.split("\n")))  # line numbers kept
 
@@ -62,3 +69,25 @@ def test_a_real_import_of_the_grader_is_still_flagged(tmp_path: Path) -> None:
     path.write_text("import grader\ngrader.check()\n# %%\nfrom grader.checks import CHECKS\n", encoding="utf-8")
     flags = integrity.scan(load_submission(path, 1 << 20))
     assert [flag.en for flag in flags] == ["code cell 2 imports grader.checks"]
+
+
+@pytest.mark.parametrize(
+    ("cell", "flag"),
+    [
+        ("%run ../reference/paged_attention.py", "refers to the path '../reference/paged_attention.py'"),
+        ("%%writefile sneaky.py\nfrom reference import paged_attention\n", "imports reference"),
+        ("%%time\nimport student_template\n", "imports student_template"),
+        ("x = 1\n%load_ext autoreload\nfrom grader.checks import CHECKS", "imports grader.checks"),
+    ],
+)
+def test_code_that_arrives_through_magics_is_scanned_as_the_kernel_runs_it(tmp_path: Path, cell: str, flag: str) -> None:
+    """A cell is read as IPython compiles it (Cell.python), and a module a cell writes as Python:
+    an import of the answer key through %run, %%writefile or a cell magic's body is flagged."""
+    import nbformat
+
+    path = tmp_path / "sub.ipynb"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("x = 0"), nbformat.v4.new_code_cell(cell)]
+    nbformat.write(nb, path)
+    flags = [f.en for f in integrity.scan(load_submission(path, 1 << 20))]
+    assert any(flag in f for f in flags), flags

@@ -35,7 +35,12 @@ def expectation(path: Path) -> str:
 
 
 def _files(kind: str) -> list[Path]:
-    return sorted(p for p in (CORPUS / kind).iterdir() if p.suffix in (".py", ".ipynb"))
+    """Submissions: files, and folders holding one notebook with the files it reads or runs (graded
+    in a copy of that folder, as a batch grades students/alice/notebook.ipynb)."""
+    return sorted(
+        [p for p in (CORPUS / kind).iterdir() if p.suffix in (".py", ".ipynb")]
+        + [nb for d in (CORPUS / kind).iterdir() if d.is_dir() for nb in d.glob("*.ipynb")]
+    )
 
 
 BUGGY = [p for p in _files("buggy") if not expectation(p).endswith(" cuda")]  # the CUDA ones: scripts/gpu-check
@@ -56,7 +61,11 @@ def test_corpus_is_big_enough() -> None:
     assert sum(p.suffix == ".ipynb" for p in CORRECT) >= 5
 
 
-@pytest.mark.parametrize("path", BUGGY, ids=[p.stem for p in BUGGY])
+def _id(path: Path) -> str:
+    return path.parent.name if path.parent.parent.parent == CORPUS else path.stem
+
+
+@pytest.mark.parametrize("path", BUGGY, ids=[_id(p) for p in BUGGY])
 def test_buggy_submission_is_caught_in_its_todo(path: Path) -> None:
     expected = expectation(path)
     assert expected.startswith("expect-fail ")
@@ -70,7 +79,7 @@ def test_buggy_submission_is_caught_in_its_todo(path: Path) -> None:
             assert item.failure.repro, f"{item.id} failed without a reproduction"
 
 
-@pytest.mark.parametrize("path", CORRECT, ids=[p.stem for p in CORRECT])
+@pytest.mark.parametrize("path", CORRECT, ids=[_id(p) for p in CORRECT])
 def test_correct_submission_scores_100(path: Path) -> None:
     assert expectation(path) == "expect-pass"
     result = graded(path)

@@ -55,9 +55,9 @@ def test_the_json_is_written_when_its_own_rendering_fails(tmp_path: Path, monkey
 
 
 def test_a_bug_anywhere_exits_3_not_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from grader.commands import grade as command
+    from grader import job
 
-    monkeypatch.setattr(command, "_run", lambda args: [][0])
+    monkeypatch.setattr(job, "_run", lambda job: [][0])
     assert _run(tmp_path) == 3
     assert "IndexError" in capsys.readouterr().err
 

@@ -53,6 +53,7 @@ from grader.sandbox.client import Sandbox
 from grader.sandbox.isolation import probe
 from grader.sandbox.reaping import descendants
 from grader.submission import load_submission
+from tests import hostile_surroundings as surroundings
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow
@@ -101,6 +102,7 @@ class Expect:
     seconds: float = 30.0  # bound on this 2-core machine with CONFIG's limits
     words: dict[str, str | tuple[str, str]] = field(default_factory=dict)  # item id -> a word its messages hold (zh, en)
     limits: dict[str, Any] = field(default_factory=dict)  # [limits] changed for this case only
+    unchecked: bool = False  # its own items and score are its business (a hog): only what it leaves is checked
 
 
 def fail(ids: list[str], *kinds: str) -> dict[str, tuple[str, ...]]:
@@ -171,6 +173,14 @@ EXPECT: dict[str, Expect] = {
     "spy_proc.py": Expect(),
     "spy_terminal.py": Expect(),
     "net_sockets.py": Expect(),
+    # Round 3 (tests/test_deny_by_default.py checks what each saw and left)
+    "sys_denied_calls.py": Expect(),
+    "keyring_read_plant.py": Expect(),
+    "spy_sys_cgroups.py": Expect(),
+    "collude_sender.py": Expect(limits={"cell_timeout_s": 60}, seconds=60),
+    "collude_receiver.py": Expect(failed=fail(TODO["todo5"], "not_implemented"), limits={"cell_timeout_s": 60}, seconds=60),
+    "cpu_hog.py": Expect(unchecked=True, limits={"cell_timeout_s": 60}, seconds=90),
+    "disk_filler.py": Expect(),
 }
 CASES = sorted(EXPECT)
 NEEDS_FILES = ("forge_fake_output.py", "forge_fake_output_buggy.py")  # they write wherever they can
@@ -280,6 +290,11 @@ SURROUNDINGS: dict[str, Callable[[], contextlib.AbstractContextManager[dict[str,
     "spy_terminal.py": _terminal,
     "spy_proc.py": lambda: _neighbour(ROOT / "reference" / "paged_attention.py"),
     "ipc_sysv_read.py": _leaking_neighbour,
+    "spy_sys_cgroups.py": lambda: _neighbour(ROOT / "reference" / "paged_attention.py"),
+    "keyring_read_plant.py": surroundings.ta_secret_key,
+    "collude_receiver.py": lambda: surroundings.colluding_sender(
+        {**{k: getattr(CONFIG.limits, k) for k in ("call_timeout_s", "item_budget_s", "total_budget_s")}, **EXPECT["collude_receiver.py"].limits}
+    ),
 }
 
 
@@ -365,7 +380,7 @@ def test_hostile_case(name: str) -> None:
     result = run.result
     assert result.error is None, result.error
     outcome = {i.id: (i.status, i.failure.kind if i.failure else "") for i in result.items}
-    for item in result.items:
+    for item in [] if expect.unchecked else result.items:
         if item.id not in CPU_IDS:
             assert item.status == "not_run"
             continue
@@ -383,7 +398,9 @@ def test_hostile_case(name: str) -> None:
                 assert zh in message.zh, message.zh
         else:
             assert item.status == "passed", (item.id, item.failure)
-    if not expect.flagged:
+    if expect.unchecked:
+        pass
+    elif not expect.flagged:
         assert result.score == expected_score(expect), outcome
     else:
         assert result.score == 0
@@ -425,7 +442,8 @@ def test_fake_lines_reach_only_the_excerpt() -> None:
 @needs_files
 def test_forgery_cannot_write_outside_its_directory() -> None:
     excerpt = graded("forge_fake_output.py").result.output_excerpt
-    for folder in ("..", "../..", "/tmp"):
+    # It runs in the copy of its folder, in the grading's private work directory (".."): above that, nothing.
+    for folder in ("../..", "../../..", "/tmp"):
         for name in ("results.json", "scorecard.json", "grader.py"):
             assert f"blocked: {folder} {name} PermissionError" in excerpt
     assert "blocked: the judge's directory PermissionError" in excerpt

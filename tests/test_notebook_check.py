@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -98,7 +100,7 @@ def test_bad_arguments_and_empty_history_get_a_message(monkeypatch: pytest.Monke
 def test_check_shows_the_card_and_returns_score_and_items(monkeypatch: pytest.MonkeyPatch) -> None:
     shown: list[dict] = []
     monkeypatch.setattr(notebook, "_shell", lambda: FakeShell(["", "x = 1"]))
-    monkeypatch.setattr(notebook, "grade_history", lambda cells, name, todos: picture_result())
+    monkeypatch.setattr(notebook, "grade_history", lambda cells, name, todos, folder=None: picture_result())
     import IPython.display
 
     monkeypatch.setattr(IPython.display, "display", lambda data, raw: shown.append(data))
@@ -117,7 +119,7 @@ def test_check_shows_the_card_and_returns_score_and_items(monkeypatch: pytest.Mo
 def test_a_grader_failure_in_check_is_a_message(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(notebook, "_shell", lambda: FakeShell(["", "x = 1"]))
 
-    def broken(*args: object) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("exit status 3: boom")
 
     monkeypatch.setattr(notebook, "grade_history", broken)
@@ -146,3 +148,41 @@ def test_an_interrupted_check_leaves_nothing_running() -> None:
     time.sleep(1)
     assert time.monotonic() - started < 60
     assert _processes_mentioning("grader.notebook") == [] and _processes_mentioning("pa-check-") == []
+
+
+CHECK_CELL = """import json, grader
+_r = grader.check(lang='en')
+print('CHECK:' + json.dumps({'score': _r.score, 'items': {i.id: i.status for i in _r.items},
+      'skipped': [[s.cell, s.line, s.text, s.reason] for s in _r.result.skipped],
+      'cells': {c.index: c.error_type for c in _r.result.cells if c.status != 'ok'}}))"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["buggy/todo4_nb14_run_rebinds_cache", "correct/nb14_shell_installs_debuggers"])
+def test_check_in_a_kernel_agrees_with_grade(tmp_path: Path, name: str) -> None:
+    """grader.check() grades the kernel's cells as typed, in a copy of the notebook's folder (the
+    script it %runs, the files it reads), through IPython: the score, every item, the cells that
+    raised and the lines not run are what `grade` finds in the saved notebook."""
+    from grader.config import load_config
+    from grader.grade import grade_path
+    from tests.conftest import CORPUS
+
+    source = CORPUS / name
+    folder = tmp_path / "work"
+    if source.is_dir():
+        shutil.copytree(source, folder)
+        path = folder / "notebook.ipynb"
+    else:
+        folder.mkdir()
+        path = folder / (source.name + ".ipynb")
+        shutil.copy(source.with_suffix(".ipynb"), path)
+    graded = grade_path(path, load_config(), "cpu")
+    nb = nbformat.read(path, as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(CHECK_CELL))
+    _execute(nb, folder)
+    line = next(line for line in _stream(nb.cells[-1]).splitlines() if line.startswith("CHECK:"))
+    checked = json.loads(line[len("CHECK:"):])
+    assert checked["score"] == graded.score and checked["items"] == {i.id: i.status for i in graded.items}
+    assert checked["skipped"] == [[s.cell, s.line, s.text, s.reason] for s in graded.skipped]
+    assert {int(k): v for k, v in checked["cells"].items()} == {c.index: c.error_type for c in graded.cells if c.status != "ok"}
+    assert graded.score < 100 if name.startswith("buggy") else graded.score == 100

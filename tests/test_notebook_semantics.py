@@ -8,9 +8,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from grader.cells import python_view
 from grader.config import load_config
 from grader.grade import grade_path
-from grader.submission import neutralise_ipython
 from tests.conftest import SOLUTION_NB
 
 
@@ -25,18 +25,18 @@ from tests.conftest import SOLUTION_NB
     ],
 )
 def test_magics_become_ipython_calls(cell: str, expected: str) -> None:
-    assert neutralise_ipython(cell).strip() == expected
+    assert python_view(cell).strip() == expected
 
 
 def test_python_cell_magics_keep_their_body_as_the_cell() -> None:
-    out = neutralise_ipython("%%time\nclass A:\n    pass\n!echo hi")
+    out = python_view("%%time\nclass A:\n    pass\n!echo hi")
     assert out.splitlines()[0].startswith("pass  # %%time")
     assert "class A:" in out and "get_ipython().system('echo hi')" in out
 
 
 def test_valid_python_is_never_touched() -> None:
     source = "ok = (1\n!= 2)\nrest = 7 % 3"
-    assert neutralise_ipython(source) == source
+    assert python_view(source) == source
 
 
 def _notebook_with(tmp_path: Path, before: list[str], wrap_cell_magic: str | None = None) -> Path:

@@ -13,6 +13,7 @@ import pytest
 
 from grader.report import html
 from grader.report.pictures import FREE, PALETTE, attention_svg, normalise_picture, pool_svg
+from grader.sanitize import safe_line
 from tests.conftest import ROOT
 from tests.handmade import ATTENTION_PICTURE, POOL_PICTURE, picture_result
 from tests.png import colours, has_colour
@@ -26,7 +27,7 @@ def _rgb(hex_colour: str) -> tuple[int, int, int]:
 
 
 def test_pool_picture_shows_owners_free_lost_shared_and_the_mishandled_block() -> None:
-    svg = pool_svg(normalise_picture(POOL_PICTURE), "en")  # type: ignore[arg-type]
+    svg = pool_svg(normalise_picture(POOL_PICTURE, safe_line), "en")  # type: ignore[arg-type]
     states = re.findall(r'<g class="pa-state" data-state="(\w+)">(.*?)</g>(?=<text)', svg, re.S)
     assert [name for name, _ in states] == ["before", "after"]
     for _, body in states:
@@ -37,11 +38,11 @@ def test_pool_picture_shows_owners_free_lost_shared_and_the_mishandled_block() -
     assert svg.count('class="pa-highlight"') == 2  # block 1, outlined before and after
     assert f'fill="{PALETTE[0]}"' in svg and f'fill="{PALETTE[1]}"' in svg and f'fill="{FREE}"' in svg
     assert "4 free blocks" in svg and "3 free blocks" in svg
-    assert "调用前" in pool_svg(normalise_picture(POOL_PICTURE), "zh") and "4 个空闲块" in pool_svg(normalise_picture(POOL_PICTURE), "zh")  # type: ignore[arg-type]
+    assert "调用前" in pool_svg(normalise_picture(POOL_PICTURE, safe_line), "zh") and "4 个空闲块" in pool_svg(normalise_picture(POOL_PICTURE, safe_line), "zh")  # type: ignore[arg-type]
 
 
 def test_attention_heatmap_marks_what_is_beyond_the_tolerance() -> None:
-    svg = attention_svg(normalise_picture(ATTENTION_PICTURE), "en")  # type: ignore[arg-type]
+    svg = attention_svg(normalise_picture(ATTENTION_PICTURE, safe_line), "en")  # type: ignore[arg-type]
     cells = re.findall(r'data-seq="(\d)" data-head="(\d)" data-bad="(\d)"', svg)
     assert len(cells) == 12
     bad = {(int(s), int(h)) for s, h, b in cells if b == "1"}
@@ -63,7 +64,7 @@ def test_attention_heatmap_marks_what_is_beyond_the_tolerance() -> None:
     ],
 )
 def test_malformed_pictures_draw_nothing(raw: object) -> None:
-    assert normalise_picture(raw) is None
+    assert normalise_picture(raw, safe_line) is None
 
 
 def test_card_styles_are_scoped_so_a_notebook_keeps_its_own() -> None:

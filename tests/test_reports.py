@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from markdown_it import MarkdownIt
 
 from grader.config import load_config
 from grader.report import github, html, markdown
-from grader.results import FAILED, NOT_RUN, PASSED, CellReport, Failure, GradeResult, ItemResult, Text
+from grader.results import FAILED, NOT_RUN, PASSED, CellReport, Failure, GradeResult, ItemResult, SkippedLine, Text
 from tests.conftest import ROOT
 
 # What a student controls: exception messages, printed values, output, file names.
@@ -41,6 +42,7 @@ def hostile_result() -> GradeResult:
         notes=[Text(HOSTILE, HOSTILE)],
         flags=[Text("诚信 " + HOSTILE, "integrity " + HOSTILE)],
         output_excerpt=HOSTILE,
+        skipped=[SkippedLine(3, 2, "!" + HOSTILE, "shell")],
     )
 
 
@@ -91,6 +93,27 @@ def test_html_scorecard_escapes_everything_and_is_self_contained(lang: str) -> N
     assert "ZeroDivisionError" in text  # the cell that raised
     assert ("未运行" if lang == "zh" else "not run") in text.lower() or "Items not run" in text
     assert "todo5.cuda" in text
+
+
+@pytest.mark.parametrize(
+    ("lang", "heading", "where", "why"),
+    [
+        ("en", "Lines not run while grading", "cell 4, line 2", "an install: the course's packages are there already"),
+        ("zh", "评分时没有运行的行", "第 4 个代码单元第 2 行", "安装包：课程用到的包已装好"),
+    ],
+)
+def test_every_report_names_the_lines_not_run_and_why(lang: str, heading: str, where: str, why: str) -> None:
+    from grader.report import text
+    from grader.sanitize import sanitize_result
+
+    result = hostile_result()
+    result.skipped = [SkippedLine(4, 2, "%pip install tqdm", "install"), SkippedLine(5, None, "%debug", "debugger"), SkippedLine(6, 1, "x", "made-up")]
+    result = sanitize_result(result)
+    assert [s.reason for s in result.skipped] == ["install", "debugger"]  # an unknown reason is no record of ours
+    for drawn in (text.render(result, lang), markdown.render(result, lang), html.render(result, lang)):
+        report = unescape(drawn.replace("\\", ""))  # Markdown's and HTML's escapes
+        assert heading in report and where in report and "%pip install tqdm" in report and why in report
+        assert ("debugger" if lang == "en" else "调试器") in report
 
 
 def test_markdown_scorecard_renders_without_html_injection() -> None:

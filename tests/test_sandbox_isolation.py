@@ -79,11 +79,13 @@ def test_report_says_what_was_in_force() -> None:
     with Sandbox(SOLUTION, CONFIG.limits) as sandbox:
         _loaded(sandbox)
         report = sandbox.isolation_report()
-    assert set(report) == {"namespaces", "uid", "cgroup", "limits", "landlock", "devices", "summary"}
-    assert set(report["limits"]) == {"memory_mb", "pids", "nofile", "fsize_mb", "address_space_mb"}
+    assert set(report) == {"namespaces", "uid", "cgroup", "cpu", "limits", "clock", "landlock", "seccomp", "keyring", "proc", "sys", "devices", "summary"}
+    assert set(report["limits"]) == {"memory_mb", "pids", "nofile", "fsize_mb", "address_space_mb", "disk_mb", "inodes"}
     assert report["namespaces"] == ISOLATION["namespaces"]
     assert report["cgroup"] == ISOLATION["cgroup"]
+    assert (report["cpu"] or {}) == ISOLATION["cpu"]
     assert report["landlock"] == ISOLATION["landlock"]
+    assert report["seccomp"] == ISOLATION["seccomp"]
     limits = CONFIG.limits
     assert report["limits"] == {
         "memory_mb": limits.memory_mb if ISOLATION["cgroup"] else None,
@@ -91,7 +93,16 @@ def test_report_says_what_was_in_force() -> None:
         "nofile": limits.open_files,
         "fsize_mb": limits.file_mb,
         "address_space_mb": limits.memory_mb,
+        "disk_mb": limits.disk_mb if MOUNT_NS else None,
+        "inodes": limits.inodes if MOUNT_NS else None,
     }
+    assert report["clock"] == {"counts": "cpu", "wall_backstop": limits.wall_backstop}
+    assert report["proc"] == ("masked" if MOUNT_NS and "pid" in ISOLATION["namespaces"] else "narrowed" if ISOLATION["landlock"] else "host")
+    assert report["sys"] == ("cpus" if MOUNT_NS else "host")
+    assert report["keyring"] is True
+    en = report["summary"]["en"]
+    assert ("seccomp (" in en) == bool(ISOLATION["seccomp"]) and ("CPU share" in en) == bool(ISOLATION["cpu"])
+    assert ("disk: a tmpfs of" in en) == MOUNT_NS and ("disk total not capped" in en) == (not MOUNT_NS)
     if ROOT_USER:
         assert report["uid"] is not None and report["uid"] >= uids.UID_BASE
     else:
@@ -111,7 +122,9 @@ def test_two_gradings_cannot_reach_each_other() -> None:
     write = _cell(99, 'with open("secret.txt", "w") as f:\n    f.write("the first grading\'s secret")\n')
     with Sandbox([*SOLUTION, write], CONFIG.limits) as first:
         _loaded(first)
-        assert (first.workdir / "secret.txt").exists()
+        # Where the worker has a mount namespace its folder is a tmpfs there: seen through its root.
+        seen = Path(f"/proc/{first._zygote_pid}/root{first.workdir}") if MOUNT_NS else first.workdir
+        assert (seen / "secret.txt").exists()
         spy = _cell(
             99,
             f"""
@@ -379,7 +392,7 @@ def test_root_without_a_user_namespace(monkeypatch: pytest.MonkeyPatch) -> None:
             uid = sandbox.uid.uid if sandbox.uid else None
     finally:
         visible.unlink()
-    assert report["namespaces"] == ["pid", "ipc", "net", "mount"]
+    assert report["namespaces"] == ["pid", "ipc", "net", "mount", "uts", "cgroup"]
     assert report["uid"] == uid and uid is not None and uid >= uids.UID_BASE
     assert f"UID {uid} {uid} []" in output, output
     assert "PROCESSES 2" in output  # its init and itself

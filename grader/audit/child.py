@@ -27,7 +27,8 @@ def main(argv: list[str] | None = None) -> int:
 
     config = with_seed(load_config(args.config), args.seed)
     todos = None if args.todo is None else set() if args.todo == "given" else {args.todo}
-    result = grade_path(args.mutant, config, args.device, todos)
+    # A mutant is a module alone: nothing of the folder it was written to (the audit's own files).
+    result = grade_path(args.mutant, config, args.device, todos, alone=True)
     args.out.write_text(json.dumps(result.to_dict(), ensure_ascii=False), encoding="utf-8")
     return 0
 

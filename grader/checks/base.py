@@ -7,7 +7,6 @@ what should happen, and raises CheckFailure when the two disagree.  How an item 
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -22,6 +21,7 @@ from grader.checks.script import Script
 from grader.config import Config
 from grader.results import Failure, Text
 from grader.sandbox.client import Sandbox
+from grader.sandbox.clock import Budget
 from grader.sandbox.protocol import Reply, WorkerLost
 from grader.sandbox.session import Session
 
@@ -112,10 +112,9 @@ class ItemContext:
         self.item_id = item_id  # in a survey, the TODO ("todo2")
         self.focus = None if survey else item_id  # the property whose violation fails the run
         self.submission_deadline = submission_deadline
-        self.started = time.monotonic()
-        self.deadline = self.started + (budget_s or config.limits.item_budget_s)
-        if submission_deadline is not None:
-            self.deadline = min(self.deadline, submission_deadline)
+        # CPU seconds of this item's judge thread and sessions, with a wall-clock backstop
+        # (grader/sandbox/clock.py); read it through elapsed() and remaining().
+        self.budget = Budget(budget_s or config.limits.item_budget_s, wall_backstop=config.limits.wall_backstop, wall_deadline=submission_deadline)
         self.recorded: dict[str, CheckFailure] = {}
         self.grading = grading or Grading()
         self._session: Session | None = None
@@ -138,22 +137,13 @@ class ItemContext:
         self.out_of_time = False  # the budget ended the exploration
         self._open: Counter[str] | None = None  # the counts when the current random example began
 
-    # -- the clock (one place, so that what a budget counts can change in one place) ----------
-    def elapsed(self) -> float:
-        """Seconds this item (or survey) has run."""
-        return time.monotonic() - self.started
-
-    def remaining(self) -> float:
-        """Seconds left before the deadline."""
-        return self.deadline - time.monotonic()
-
     def restart_clock(self, budget_s: float | None = None) -> None:
         """A new budget from now (never past the submission's deadline): an item's focused run
-        after the survey it shared."""
-        self.started = time.monotonic()
-        self.deadline = self.started + (budget_s or self.config.limits.item_budget_s)
-        if self.submission_deadline is not None:
-            self.deadline = min(self.deadline, self.submission_deadline)
+        after the survey it shared.  A live session counts toward the budget it began with: ended."""
+        if self._session is not None:
+            self.close()
+        self.budget = Budget(budget_s or self.config.limits.item_budget_s, wall_backstop=self.config.limits.wall_backstop,
+                             wall_deadline=self.submission_deadline)
 
     def seed(self, round_: int = 0) -> int:
         """Hypothesis's seed for an exploration round (round 0: the grading's own seed)."""
@@ -170,6 +160,21 @@ class ItemContext:
     def abandon_example(self) -> None:
         """The current random example was cut (by the clock): it checked nothing."""
         self._open = None
+
+    # -- time ----------------------------------------------------------------------------
+    def elapsed(self) -> float:
+        """What the item has used of its time budget: CPU seconds of its judge thread and
+        sessions, or wall-clock seconds once its wall-clock backstop ran out (clock.Budget.used)."""
+        return self.budget.used()
+
+    def remaining(self) -> float:
+        """What is left of it (CPU seconds, never more than its wall-clock backstop leaves)."""
+        return self.budget.remaining()
+
+    @property
+    def deadline(self) -> float:
+        """The wall-clock moment (time.monotonic()) the item ends at the latest."""
+        return self.budget.wall_deadline
 
     # -- sessions ----------------------------------------------------------------------
     def begin(self, replay: Replay | None) -> Script:
@@ -196,7 +201,7 @@ class ItemContext:
         if self._session is None or not self._session.alive:
             self.history, self.session_scripts, self.session_log, self._replay = [], [], [], None
             self._close_pools()
-            self._session = self.sandbox.session(self.deadline)
+            self._session = self.sandbox.session(self.budget)
         return self._session
 
     def close(self) -> None:

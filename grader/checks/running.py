@@ -118,6 +118,7 @@ def run_item(
 ) -> Failure | None:
     """Corner cases (all must finish), then exploration (in rounds, until each of `items` has its
     random evidence), then the needs.  Items read the evidence from `ctx` (a survey's, or their own)."""
+    started = ctx.elapsed()
     done = 0
     try:
         for corner in corners:
@@ -132,7 +133,7 @@ def run_item(
     except Abort as abort:
         return abort.failure
     except BudgetExceeded:
-        seconds = ctx.elapsed()
+        seconds = ctx.elapsed() - started
         return ctx.failure(
             "too_slow",
             f"太慢：{seconds:.0f} 秒内只完成了 {done}/{len(corners)} 个边界用例（每个用例都必须完成）",

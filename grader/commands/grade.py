@@ -1,7 +1,8 @@
 """`grade`: grade one submission, print a summary, optionally write Gradescope's results.json and scorecards.
 
 Under GitHub Actions (GITHUB_ACTIONS=true) it also writes the job summary and prints the
-`Points X/Y` notice and error annotations.
+`Points X/Y` notice and error annotations.  The options make a GradeJob; grader/job.py does it
+(a warm batch's judges call the same, with no command line).
 
 Exit status: 0 graded (whatever the score); 1 graded but below --fail-under; 2 not gradable;
 3 the grader itself failed (a bug to report; the scorecard says so). The text report and the
@@ -11,18 +12,7 @@ JSON are written in every case, also when drawing some other part failed (then: 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-import traceback
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from grader.config import Config
-    from grader.results import GradeResult
-
-EXIT_GRADED, EXIT_BELOW, EXIT_UNGRADABLE, EXIT_INTERNAL = 0, 1, 2, 3
 
 
 def add_common_options(p: argparse.ArgumentParser) -> None:
@@ -40,137 +30,21 @@ def register(verbs: argparse._SubParsersAction) -> None:
     p.add_argument("--html", type=Path, default=None, help="write the self-contained HTML scorecard here")
     p.add_argument("--fail-under", type=float, default=None, help="exit 1 when the score is below this")
     p.add_argument("--quiet", "-q", action="store_true", help="print one line per rubric item")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--folder", type=Path, default=None,
+                       help="the folder the notebook runs in, as a private copy (default: the one holding it)")
+    where.add_argument("--alone", action="store_true", help="copy nothing of its folder: the notebook runs next to itself only")
     add_common_options(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        return _run(args)
-    except Exception:  # the last resort: a bug here must still read as "the grader failed" (3), not 1
-        print("the grader itself failed / 评分器自身出错:", file=sys.stderr)
-        traceback.print_exc(file=sys.stderr)
-        return EXIT_INTERNAL
+    from grader.job import GradeJob, run_job
 
-
-def _run(args: argparse.Namespace) -> int:
-    # Imported here so that `--help` and the other verbs stay fast.
-    from grader.config import load_config
-    from grader.grade import grade_path, with_seed
-    from grader.report import github, gradescope, html, markdown, text
-    from grader.sanitize import sanitize_result
-
-    _tolerant_stdout()
-    config = with_seed(load_config(args.config), args.seed)
-    lang = args.lang or config.feedback.language
-    broken: list[str] = []  # parts that could not be made: the grader failed (exit 3)
-
-    def attempt(part: str, draw: Callable[[], Any], fallback: Callable[[], Any]) -> Any:
-        try:
-            return draw()
-        except Exception as error:
-            broken.append(f"{part}: {type(error).__name__}: {error}")
-            return fallback()
-
-    try:
-        result = grade_path(args.submission, config, args.device)
-    except Exception as error:  # a bug of the grader's own: still a scorecard, never a traceback
-        result = internal_error_result(args.submission, config, error)
-    result = sanitize_result(result)  # first: what follows then works on bounded text
-    attempt("sources", lambda: with_sources(result, args.submission, config), lambda: None)
-    result = sanitize_result(result)  # the source lines added are the student's text too
-    actions = github.in_actions()
-    report = attempt("text", lambda: text.render(result, lang, quiet=args.quiet), lambda: plain_summary(result))
-    # In GitHub Actions the text quotes student exceptions: keep it from issuing workflow commands.
-    token = github.stop_commands(sys.stdout) if actions else None
-    sys.stdout.write(report)
-    if token is not None:
-        github.resume_commands(sys.stdout, token)
-    sys.stdout.flush()
-    if args.json is not None:
-        payload = attempt("json", lambda: gradescope.to_results_json(result, lang), lambda: plain_payload(result, lang))
-        _write(args.json, attempt("json", lambda: gradescope.to_json(payload), lambda: json.dumps(plain_payload(result, lang), default=str) + "\n"))
-    for path, render, part in ((args.markdown, markdown.render, "markdown"), (args.html, html.render, "html")):
-        if path is not None:
-            _write(path, attempt(part, lambda render=render: render(result, lang), lambda: plain_summary(result)))
-    if actions:
-        attempt("github", lambda: github.publish(result, lang, args.submission, sys.stdout), lambda: None)
-    if broken:
-        print("the grader failed to draw part of the report / 评分器未能生成报告的一部分: " + "; ".join(broken), file=sys.stderr)
-        return EXIT_INTERNAL
-    if result.error is not None:
-        return EXIT_INTERNAL if result.error.kind == "internal" else EXIT_UNGRADABLE
-    if result.grader_errors():  # a check of ours raised on some item: the rest were graded
-        print("the grader failed on / 评分器出错的评分项: " + ", ".join(result.grader_errors()), file=sys.stderr)
-        return EXIT_INTERNAL
-    if args.fail_under is not None and result.score < args.fail_under:
-        return EXIT_BELOW
-    return EXIT_GRADED
-
-
-def _tolerant_stdout() -> None:
-    # A terminal that cannot show some character gets an escape, never a crash mid-report.
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
-        except (AttributeError, ValueError):
-            pass
-
-
-def _write(path: Path, content: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(content, encoding="utf-8", errors="backslashreplace")
-
-
-def with_sources(result: GradeResult, path: Path, config: Config) -> None:
-    """Point failures at the student's lines (grader/report/cells.py) when there is something
-    to point at. Reading the file again costs milliseconds; grading took seconds."""
-    from grader.report.cells import annotate, raised
-    from grader.submission import SubmissionError, load_submission
-
-    needs = raised(result) or any(i.failure is not None and (i.failure.traceback or i.failure.kind == "missing") for i in result.items)
-    if result.error is not None or not needs:
-        return
-    try:
-        submission = load_submission(path, config.limits.max_file_mb << 20)
-    except SubmissionError:
-        return  # changed since grading: leave the report as it is
-    annotate(result, submission.cells)
-
-
-def plain_summary(result: GradeResult) -> str:
-    """What is left to say when a renderer failed: the score, and which items passed."""
-    lines = [f"Score / 得分: {result.score:g} / {result.max_score:g}   ({result.submission})"]
-    lines += [f"  {item.id}: {item.status} ({item.score:g}/{item.weight:g})" for item in result.items]
-    return "\n".join(lines) + "\n"
-
-
-def plain_payload(result: GradeResult, lang: str) -> dict[str, Any]:
-    """results.json without the parts that failed to draw: still the score and every item."""
-    tests = [
-        {"name": item.id, "score": item.score, "max_score": item.weight, "status": "passed" if item.status == "passed" else "failed"}
-        for item in result.items
-    ]
-    payload: dict[str, Any] = {"score": result.score, "max_score": result.max_score, "output": plain_summary(result), "tests": tests}
-    try:
-        payload["extra_data"] = {"grade_result": json.loads(json.dumps(result.to_dict(), default=str))}
-    except Exception:  # even the record cannot be written: the score alone
-        pass
-    return payload
-
-
-def internal_error_result(path: Path, config: Config, error: Exception) -> GradeResult:
-    from grader.grade import grader_error
-    from grader.results import FAILED, Failure, GradeResult, ItemResult, Text
-
-    # In the grader's words only: the exception's text may quote the submission (grade.grader_error).
-    where = grader_error(error).actual
-    failure = Failure(
-        kind="internal",
-        message=Text(
-            f"评分器自身出错（不是你的问题），请把这条信息告诉助教：{where}",
-            f"the grader itself failed (not your fault); please show this to the TAs: {where}",
-        ),
+    job = GradeJob(
+        submission=args.submission, json=args.json, markdown=args.markdown, html=args.html, fail_under=args.fail_under,
+        quiet=args.quiet, lang=args.lang, device=args.device, seed=args.seed, config=args.config, folder=args.folder, alone=args.alone,
     )
-    items = [ItemResult(i.id, i.todo, Text(i.zh, i.en), i.weight, FAILED, failure) for i in config.items]
-    return GradeResult(submission=str(path), sha256="", config_digest=config.digest, items=items, error=failure)
+    return run_job(job)
+
+

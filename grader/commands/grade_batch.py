@@ -66,18 +66,15 @@ def _grade(args: argparse.Namespace) -> int:
     from grader.config import load_config
     from grader.discovery import discover
     from grader.grade import with_seed
+    from grader.job import GradeJob
 
     config = with_seed(load_config(args.config), args.seed)
     lang = args.lang or config.feedback.language
     students, left_out = discover(args.submissions, args.id_from, exclude=[args.out])
-    grade_args = ["--lang", lang, "--device", args.device]
-    if args.seed is not None:
-        grade_args += ["--seed", str(args.seed)]
-    if args.config is not None:
-        grade_args += ["--config", str(args.config.resolve())]
+    job = GradeJob(lang=lang, device=args.device, seed=args.seed, config=args.config.resolve() if args.config is not None else None)
     timeout = args.timeout if args.timeout is not None else config.limits.total_budget_s + 120
     summary = run_batch(
-        students, args.out, config, lang=lang, jobs=args.jobs, grade_args=grade_args, timeout_s=timeout,
+        students, args.out, config, lang=lang, jobs=args.jobs, job=job, timeout_s=timeout,
         left_out=left_out, force=args.force, warm=not args.cold, device=args.device,
     )
     dashboard = write_dashboard(args.out, lang)

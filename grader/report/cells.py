@@ -12,6 +12,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from grader.report.labels import skip_reason
 from grader.results import CellReport, GradeResult, Text
 
 if TYPE_CHECKING:
@@ -59,6 +60,17 @@ def what(cell: CellReport, lang: str) -> str:
     if cell.status == "crashed":
         return "进程崩溃" if lang == "zh" else "crashed the process"
     return f"{cell.error_type}: {cell.message}" if cell.message else cell.error_type or cell.status
+
+
+def skipped_lines(result: GradeResult, lang: str, numbering: str = "order") -> list[tuple[str, str, str]]:
+    """(where, the line as typed, why) for every line that did not run while grading."""
+    out = []
+    for skipped in result.skipped:
+        name = cell_name(skipped.cell, lang, numbering)
+        if skipped.line is not None:
+            name = f"{name}第 {skipped.line} 行" if lang == "zh" else f"{name}, line {skipped.line}"
+        out.append((name, skipped.text, skip_reason(skipped.reason, lang)))
+    return out
 
 
 # --- with the sources -----------------------------------------------------------------------

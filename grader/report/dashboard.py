@@ -34,6 +34,12 @@ WORDS = {
     "full": ("满分人数", "Full marks"),
     "no_grade": ("无成绩（见原因）", "No grade (see reason)"),
     "imported_n": ("导入的成绩", "Imported grades"),
+    "identical_n": ("与他人完全相同的提交", "Identical submissions"),
+    "identical_note": (
+        "以下学生提交的文件逐字节相同（sha256 相同），请助教核查；成绩照常保留",
+        "These students submitted byte-for-byte identical files (same sha256): for the TA to look at; their grades stand",
+    ),
+    "identical_to": ("与以下提交相同：", "identical to"),
     "imported_note": (
         "{n} 个当前成绩是导入的（学生的 CI 运行或 Gradescope），并非本机评分：它们只和产生它们的运行一样可信；本机评分总是优先",
         "{n} current grades were imported (students' CI runs or Gradescope), not graded here: they are only as "
@@ -67,7 +73,7 @@ svg text{font:12px system-ui,sans-serif;fill:#1d2430}
 th button{all:unset;cursor:pointer;font-weight:600}th[aria-sort=ascending] button::after{content:" ▲"}
 th[aria-sort=descending] button::after{content:" ▼"}td.num,th.num{text-align:right}
 tr.imported{background:#fff8e1}.badge{display:inline-block;border-radius:4px;padding:0 6px;font-size:.85em;background:#eef0f3}
-.badge.imported{background:#f0c36d;color:#4a3500;font-weight:600}.scroll{overflow-x:auto}.reason{display:block;color:#5f6b7a;font-size:.85em}
+.badge.imported{background:#f0c36d;color:#4a3500;font-weight:600}.badge.identical{background:#f6d0cd;color:#6b1510;margin-left:4px}.scroll{overflow-x:auto}.reason{display:block;color:#5f6b7a;font-size:.85em}
 #js-errors{background:#fdecea;color:#8a1f1b}
 """
 
@@ -227,7 +233,7 @@ def render(entries: list[Entry], lang: str, scorecard_href: dict[str, str] | Non
     if not entries:
         body.append(f"<p>{esc(w('empty', lang))}</p>")
         return page(w("dashboard", lang), "".join(body), lang, STYLE, SCRIPT)
-    standings = [standing.of(e, lang) for e in entries]
+    standings = standing.all_of(entries, lang)
     # No grade (not gradable, grader error, left out) is not a zero the student earned: out of the statistics.
     scores = [s.total for s in standings if s.total is not None]
     imported = sum(1 for s in standings if s.imported)
@@ -238,10 +244,15 @@ def render(entries: list[Entry], lang: str, scorecard_href: dict[str, str] | Non
         (w("full", lang), str(sum(1 for s in scores if s >= 100))),
         (w("no_grade", lang), str(len(standings) - len(scores))),
         (w("imported_n", lang), str(imported)),
+        (w("identical_n", lang), str(sum(1 for s in standings if s.identical_to))),
     ]
     body.append('<div class="stats" id="stats">' + "".join(f'<div class="stat"><b>{esc(v)}</b>{esc(k)}</div>' for k, v in stats) + "</div>")
     if imported:
         body.append(f'<p class="flag" id="imported-note">{esc(w("imported_note", lang, n=imported))}</p>')
+    groups = sorted({tuple(sorted((s.student, *s.identical_to))) for s in standings if s.identical_to})
+    if groups:
+        listed = "; ".join(", ".join(group) for group in groups)
+        body.append(f'<p class="flag" id="identical-note">{esc(w("identical_note", lang))}: {esc(listed)}</p>')
     digests = Counter(e.result.config_digest for e in entries)
     if len(digests) > 1:
         body.append(f'<p class="flag">{esc(w("configs", lang, n=len(digests)))}: {esc(", ".join(sorted(digests)))}</p>')
@@ -316,6 +327,8 @@ def _student_table(standings: list[standing.Standing], lang: str, hrefs: dict[st
                 row.append(f'<td class="num" data-v="{got}">{got:g}/{possible:g}</td>')
         status = esc(standing.word(standing.STATUS_WORDS, s.status, lang))
         reason = f'<span class="reason">{esc(s.reason)}</span>' if s.reason else ""
+        if s.identical_to:
+            reason += f'<span class="badge identical">{esc(w("identical_to", lang))} {esc(", ".join(s.identical_to))}</span>'
         row.append(f'<td data-v="{esc(s.status)}">{status}{reason}</td>')
         source = esc(standing.word(standing.SOURCE_WORDS, s.source, lang))
         badge = "badge imported" if s.imported else "badge"

@@ -16,7 +16,7 @@ from pathlib import PurePath
 
 from grader.report import cells as cell_info
 from grader.report.budget import fit, utf8_size
-from grader.report.labels import colon, failed_heading, seconds, status_word, todo_name
+from grader.report.labels import colon, failed_heading, paren, seconds, status_word, todo_name
 from grader.report.markdown import say
 from grader.report.pictures import picture_svg
 from grader.results import FAILED, NOT_RUN, Failure, GradeResult, ItemResult
@@ -173,6 +173,10 @@ def _card(result: GradeResult, lang: str, numbering: str) -> str:
     body.append(_errors_first(result, lang, numbering))
     body += [f'<p class="flag">⚠️ <b>{esc(say("flags", lang))}</b>{colon(lang)}{esc(flag.get(lang))}</p>' for flag in result.flags]
     body += [f'<p class="muted">{esc(note.get(lang))}</p>' for note in result.notes]
+    skipped = cell_info.skipped_lines(result, lang, numbering)
+    if skipped:
+        rows = "".join(f"<li>{esc(where)}{colon(lang)}<code>{esc(text)}</code>{esc(paren(why, lang))}</li>" for where, text, why in skipped)
+        body.append(f'<div class="muted" id="skipped"><b>{esc(say("skipped", lang))}</b><ul>{rows}</ul></div>')
     rows = "".join(
         f"<tr><td>{esc(todo_name(todo, lang))}</td><td>{got:g} / {possible:g}</td><td>{bar(got, possible)}</td></tr>"
         for todo, (got, possible) in result.todo_scores().items()

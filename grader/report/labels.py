@@ -34,7 +34,22 @@ WORDS = {
     "given": ("给定代码（不属于任何 TODO）", "Given code (not part of a TODO)"),
     "isolation": ("隔离", "Isolation"),
     "random_cases": ("随机用例", "Random cases"),
+    "skipped": ("评分时没有运行的行", "Lines not run while grading"),
 }
+
+# Why a line of the notebook did not run while grading (GradeResult.skipped).
+SKIP_REASONS = {
+    "shell": ("shell 命令：评分时不运行任何 shell 命令", "a shell command: none runs while grading"),
+    "install": ("安装包：课程用到的包已装好，评分时不安装任何东西", "an install: the course's packages are there already, and nothing is installed while grading"),
+    "debugger": ("调试器：评分时没有人操作它，代码照常往下运行", "a debugger: nobody can type into it while grading, so the code goes on without it"),
+    "network": ("需要网络：评分时没有网络", "it needs the network, which grading has none of"),
+    "program": ("启动外部程序：评分时不启动", "it starts a program, which grading does not"),
+}
+
+
+def skip_reason(reason: str, lang: str) -> str:
+    zh, en = SKIP_REASONS.get(reason, (reason, reason))
+    return zh if lang == "zh" else en
 
 
 def todo_name(todo: str, lang: str) -> str:

@@ -12,7 +12,7 @@ from pathlib import PurePath
 
 from grader.report import cells
 from grader.report.budget import fit, utf8_size
-from grader.report.labels import colon, failed_heading, seconds, status_word, todo_name, word
+from grader.report.labels import colon, failed_heading, paren, seconds, status_word, todo_name, word
 from grader.results import FAILED, NOT_RUN, Failure, GradeResult, ItemResult
 
 # Words the scorecards need beyond labels.WORDS (shared with html.py and dashboard.py).
@@ -137,6 +137,11 @@ def _render(result: GradeResult, lang: str) -> str:
     for note in result.notes:
         lines.append(f"> {inline(note.get(lang))}")
     if result.flags or result.notes:
+        lines.append("")
+    skipped = cells.skipped_lines(result, lang)
+    if skipped:
+        lines += [f"**{say('skipped', lang)}**", ""]
+        lines += [f"- {inline(where)}{colon(lang)}{code_span(text)}{paren(inline(why), lang)}" for where, text, why in skipped]
         lines.append("")
     lines += [f"| {say('todo', lang)} | {say('points', lang)} | |", "|---|---:|---|"]
     for todo, (got, possible) in result.todo_scores().items():

@@ -14,6 +14,7 @@ for the terminal. Pictures come from the judge but may also come from an importe
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from html import escape
 from typing import Any
 
@@ -62,15 +63,13 @@ def _ints(raw: Any, limit: int) -> list[int] | None:
     return out if len(out) == min(len(raw), limit) else None
 
 
-def _state(raw: Any) -> dict[str, Any] | None:
+def _state(raw: Any, safe_line: Callable[[object, int], str]) -> dict[str, Any] | None:
     if not isinstance(raw, dict):
         return None
     free = _ints(raw.get("free", []), 4 * MAX_BLOCKS)
     tables_raw = raw.get("tables", {})
     if free is None or not isinstance(tables_raw, dict):
         return None
-    from grader.sanitize import safe_line
-
     tables: dict[str, list[int]] = {}
     for name, blocks in list(tables_raw.items())[:MAX_OWNERS]:
         ints = _ints(blocks, 4 * MAX_BLOCKS)
@@ -86,17 +85,17 @@ def _error(value: Any) -> float | None:
     return float(f"{abs(value):.4g}")
 
 
-def normalise_picture(raw: Any) -> dict[str, Any] | None:
-    """The picture if it follows the schema (bounded, safe strings), else None."""
-    from grader.sanitize import safe_line
-
+def normalise_picture(raw: Any, safe_line: Callable[[object, int], str]) -> dict[str, Any] | None:
+    """The picture if it follows the schema (bounded, and its strings made safe by `safe_line`,
+    sanitize.py's: passed in, so that the drawing room does not depend on the sanitizing one,
+    which depends on it), else None."""
     if not isinstance(raw, dict):
         return None
     if raw.get("kind") == "pool":
         n = raw.get("num_blocks")
         if type(n) is not int or not 0 < n <= MAX_BLOCKS:
             return None
-        states = {key: _state(raw.get(key)) for key in ("before", "after") if key in raw}
+        states = {key: _state(raw.get(key), safe_line) for key in ("before", "after") if key in raw}
         if not states or any(s is None for s in states.values()):
             return None
         highlight = _ints(raw.get("highlight", []), 16)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from grader.report import cells as cell_info
 from grader.report.budget import sanitized
-from grader.report.labels import colon, status_word, todo_name, word
+from grader.report.labels import colon, paren, status_word, todo_name, word
 from grader.report.pictures import picture_text
 from grader.results import FAILED, Failure, GradeResult, ItemResult
 
@@ -86,6 +86,16 @@ def _raised(result: GradeResult, lang: str, numbering: str) -> list[str]:
     return lines + [""]
 
 
+def _skipped(result: GradeResult, lang: str, numbering: str) -> list[str]:
+    rows = cell_info.skipped_lines(result, lang, numbering)
+    if not rows:
+        return []
+    lines = [f"– {word('skipped', lang)}{colon(lang).rstrip()}"]
+    for where, text, why in rows:
+        lines.append(f"    {where}{colon(lang)}{one_line(text, 120)}{paren(why, lang)}")
+    return lines
+
+
 def render(result: GradeResult, lang: str, *, quiet: bool = False, numbering: str = "order") -> str:
     result = sanitized(result)
     if quiet:
@@ -100,6 +110,7 @@ def render(result: GradeResult, lang: str, *, quiet: bool = False, numbering: st
         lines.append(f"! {word('flags', lang)}{colon(lang)}{one_line(flag.get(lang), 600)}")
     for note in result.notes:
         lines.append(f"* {one_line(note.get(lang), 600)}")
+    lines += _skipped(result, lang, numbering)
     todos = result.todo_scores()
     shown: set[str] = set()
     first = True

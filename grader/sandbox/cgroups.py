@@ -1,4 +1,5 @@
-"""A cgroup per grading: one memory cap and one process cap over all of a submission's processes.
+"""A cgroup per grading: one memory cap, one process cap and one CPU share over all of a
+submission's processes.
 
 Memory here counts what RLIMIT_AS cannot: pages written to memfd and tmpfs files, and the
 sum over forked children.  The judge makes the cgroup where it may (the v1 `memory` and
@@ -22,16 +23,37 @@ PREFIX = "pa-grade-"
 ROOT_VAR = "PA_GRADER_CGROUP"  # a v2 directory the grader may create cgroups in (a delegated subtree)
 
 
+CPU_SHARES = 1024  # v1 cpu.shares of every grading: the same for all, so each gets an equal part
+CPU_WEIGHT = 100  # v2 cpu.weight, likewise
+
+
 @dataclass
 class Cgroup:
     version: str  # "v1" or "v2"
     memory_mb: int | None  # None: no memory controller here
     pids: int | None  # None: no pids controller here
     paths: list[str] = field(default_factory=list)  # one directory per hierarchy
+    cpu: dict[str, int] = field(default_factory=dict)  # {"shares": 1024} (v1) or {"weight": 100} (v2); empty: no CPU controller
+    usage_file: str | None = None  # where its CPU time is counted (v1 cpuacct.usage, v2 cpu.stat)
 
     def remove(self) -> bool:
         kill(self.paths)
         return remove(self.paths)
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time used by every process that was ever in it (None: not counted here)."""
+        if self.usage_file is None:
+            return None
+        try:
+            text = _read(self.usage_file)
+        except OSError:
+            return None
+        if self.usage_file.endswith("cpuacct.usage"):
+            return int(text) / 1e9
+        for line in text.splitlines():
+            if line.startswith("usage_usec "):
+                return int(line.split()[1]) / 1e6
+        return None
 
 
 def _mounts() -> list[tuple[str, str, set[str]]]:
@@ -71,19 +93,22 @@ def create(name: str, memory_mb: int, pids: int) -> Cgroup | None:
 
 def _create_v1(name: str, memory_mb: int, pids: int, mounts: list[tuple[str, str, set[str]]], own: dict[str, str]) -> Cgroup | None:
     made: dict[str, str] = {}
-    for controller in ("memory", "pids"):
+    for controller in ("memory", "pids", "cpu", "cpuacct"):
         point = next((m for m, kind, opts in mounts if kind == "cgroup" and controller in opts), None)
         if point is None:
             continue
         # Below the judge's own cgroup, so that whatever limits the judge also limits the submission.
         path = os.path.join(point + own.get(controller, "/"), name)
-        try:
-            os.mkdir(path, 0o755)
-        except OSError:
-            continue
+        if path not in made.values():  # cpu and cpuacct are often one hierarchy
+            try:
+                os.mkdir(path, 0o755)
+            except OSError:
+                continue
         made[controller] = path
-    if not made:
+    if "memory" not in made and "pids" not in made:
+        remove(list(dict.fromkeys(made.values())))
         return None
+    cpu: dict[str, int] = {}
     try:
         if "memory" in made:
             _write(os.path.join(made["memory"], "memory.limit_in_bytes"), str(memory_mb << 20))
@@ -92,10 +117,16 @@ def _create_v1(name: str, memory_mb: int, pids: int, mounts: list[tuple[str, str
                 _write(swap, str(memory_mb << 20))
         if "pids" in made:
             _write(os.path.join(made["pids"], "pids.max"), str(pids))
+        if "cpu" in made:
+            _write(os.path.join(made["cpu"], "cpu.shares"), str(CPU_SHARES))
+            cpu = {"shares": CPU_SHARES}
     except OSError:
-        remove(list(made.values()))
+        remove(list(dict.fromkeys(made.values())))
         return None
-    return Cgroup("v1", memory_mb if "memory" in made else None, pids if "pids" in made else None, list(made.values()))
+    usage = os.path.join(made["cpuacct"], "cpuacct.usage") if "cpuacct" in made else None
+    return Cgroup(
+        "v1", memory_mb if "memory" in made else None, pids if "pids" in made else None, list(dict.fromkeys(made.values())), cpu, usage
+    )
 
 
 def _create_v2(name: str, memory_mb: int, pids: int, mounts: list[tuple[str, str, set[str]]], own: dict[str, str]) -> Cgroup | None:
@@ -124,8 +155,19 @@ def _create_v2(name: str, memory_mb: int, pids: int, mounts: list[tuple[str, str
         except OSError:
             remove([path])
             continue
-        return Cgroup("v2", memory_mb, pids, [path])
+        return Cgroup("v2", memory_mb, pids, [path], _v2_cpu(parent, path), os.path.join(path, "cpu.stat"))
     return None
+
+
+def _v2_cpu(parent: str, path: str) -> dict[str, int]:
+    """An equal cpu.weight where the cpu controller can be had (cpu.stat counts CPU time without it)."""
+    try:
+        if "cpu" not in _read(os.path.join(path, "cgroup.controllers")).split():
+            _write(os.path.join(parent, "cgroup.subtree_control"), "+cpu")
+        _write(os.path.join(path, "cpu.weight"), str(CPU_WEIGHT))
+    except OSError:
+        return {}
+    return {"weight": CPU_WEIGHT}
 
 
 def kill(paths: list[str], rounds: int = 200) -> None:
@@ -179,8 +221,8 @@ def _parents() -> set[str]:
     mounts, own = _mounts(), _own()
     parents = set()
     for point, kind, opts in mounts:
-        if kind == "cgroup" and ("memory" in opts or "pids" in opts):
-            controller = "memory" if "memory" in opts else "pids"
+        controller = next((c for c in ("memory", "pids", "cpu", "cpuacct") if c in opts), None)
+        if kind == "cgroup" and controller is not None:
             parents.add(os.path.normpath(point + own.get(controller, "/")))
         elif kind == "cgroup2":
             mine = os.path.normpath(point + own.get("", "/"))

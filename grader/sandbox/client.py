@@ -7,17 +7,21 @@ whatever the worker does, the judge goes on.
 
 What a submission runs under (defaults from grader/config.toml [limits]):
 
-- time: `cell_timeout_s` (60) per cell at load time, `call_timeout_s` (10) per graded call,
-  `item_budget_s` (60) per rubric item, `total_budget_s` (600) for the whole submission; a
-  cell that hangs or kills its process is skipped when the cells are run again;
-- memory: `memory_mb` (2048 MiB) for the whole submission in a cgroup (cgroups.py) where the
-  judge can make one, and RLIMIT_AS of as much on each process (not under CUDA, which maps
+- time: `cell_timeout_s` (60) per cell at load time, `call_timeout_s` (10) of CPU per graded
+  call, `item_budget_s` (60) of CPU per rubric item (clock.py; `wall_backstop` (3) times each
+  in wall-clock time ends one that uses no CPU), `total_budget_s` (600) for the whole
+  submission; a cell that hangs or kills its process is skipped when the cells are run again;
+- memory: `memory_mb` (2048 MiB) for the whole submission in a cgroup (cgroups.py, which also
+  gives it an equal CPU share) where the judge can make one, and RLIMIT_AS of as much on each process (not under CUDA, which maps
   far more than it uses); `pids` (128) processes; `open_files` per process; no core dumps;
 - output: the first `output_kb` (64 KiB) of stdout+stderr kept, the rest counted and dropped;
-- files: RLIMIT_FSIZE of `file_mb` (64 MiB) per file;
+- files: RLIMIT_FSIZE of `file_mb` (64 MiB) per file, and `disk_mb` and `inodes` in all (its
+  work folder a tmpfs, views.py);
 - namespaces where the kernel allows them (spawn.py, namespaces.py): user, PID (with its own
-  /proc), IPC, network (none) and mount (a bare /dev, empty /tmp and /run); a uid of its own
-  per grading when the judge runs as root (uids.py);
+  /proc, its machine-wide counters masked), IPC, network (none), mount (a bare /dev, empty
+  /tmp and /run, a /sys of CPU lists), UTS and cgroup; a uid of its own per grading when the
+  judge runs as root (uids.py);
+- a session keyring of its own and a seccomp filter (seccomp.py);
 - processes: everything the submission starts stays below the worker's keeper and is killed
   when the sandbox closes, or when the judge dies (a lifeline pipe); the private directory
   (pa-grade-*), the cgroup and, where no IPC namespace took them, the IPC objects the
@@ -29,7 +33,7 @@ What a submission runs under (defaults from grader/config.toml [limits]):
 
 `isolation_report()` says which of these were in force (GradeResult.isolation).  Switches in
 the judge's environment: PA_GRADER_NAMESPACES=0, PA_GRADER_USER_NAMESPACE=0, PA_GRADER_CGROUPS=0,
-PA_GRADER_LANDLOCK=0.
+PA_GRADER_LANDLOCK=0, PA_GRADER_SECCOMP=0.
 """
 
 from __future__ import annotations
@@ -46,34 +50,50 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from grader.config import Limits
 from grader.sandbox import cgroups, ipc, isolation, uids
+from grader.sandbox.clock import Budget
 from grader.sandbox.isolation import (
     CGROUP_SWITCH,
     LANDLOCK_SWITCH,
     NAMESPACES_SWITCH,
+    SECCOMP_SWITCH,
     USER_NAMESPACE_SWITCH,
     switched_on,
 )
 from grader.sandbox.protocol import (
+    MAX_SKIPPED,
     CellOutcome,
     LoadReport,
     OutputCapture,
+    SkippedLine,
     WorkerLost,
     _clean_error,
     _index,
     _recv,
     _send,
+    _skipped_line,
 )
 from grader.sandbox.reaping import _parent_of, _peer_pid, _peer_uid, kill_descendants
 from grader.sandbox.session import Session
 from grader.submission import Cell
 
-if TYPE_CHECKING:  # never imported by a `grade` process: only a warm batch's judges have them
+if TYPE_CHECKING:
+    from grader.folder import FolderCopy
+
+    # Never imported by a `grade` process: only a warm batch's judges have them.
     from grader.sandbox.forked import Forked
-    from grader.sandbox.warm import Template
+
+
+class WorkerTemplate(Protocol):
+    """What a Sandbox asks of a warm worker template (warm.Template, which depends on this
+    module, never the other way round)."""
+
+    def fits(self, python: str, env: dict[str, str], token_var: str) -> bool: ...
+
+    def spawn(self, *, socket_path: str, cwd: str, env: dict[str, str], plan: dict[str, Any], fds: list[int]) -> Forked: ...
 
 WORKER = Path(__file__).with_name("worker.py")
 TOKEN_VAR = "PA_GRADER_SANDBOX"
@@ -105,10 +125,13 @@ class Sandbox:
     """One submission's worker.  Use as a context manager: everything it started dies on exit."""
 
     # A warm template to fork workers from (warm.py; set by warm.use() in a batch's judge server).
-    template: ClassVar[Template | None] = None
+    template: ClassVar[WorkerTemplate | None] = None
 
-    def __init__(self, cells: list[Cell], limits: Limits, *, allow_cuda: bool = False, python: str | None = None):
+    def __init__(self, cells: list[Cell], limits: Limits, *, allow_cuda: bool = False, python: str | None = None,
+                 folder: FolderCopy | None = None, notebook: bool = True):
         self.cells = cells
+        self.folder = folder  # the notebook's folder, copied into work/ before the worker starts (folder.py)
+        self.notebook = notebook  # False: a .py submission (a cell's last expression is not displayed)
         self.limits = limits
         self.allow_cuda = allow_cuda
         self.python = python or sys.executable
@@ -137,6 +160,14 @@ class Sandbox:
             os.chmod(self.socket_path, 0o660)
             os.chown(self.workdir, self.uid.uid, self.uid.gid)
             os.chmod(self.workdir, 0o700)
+        try:
+            self.cwd = self._copy_folder()
+        except BaseException:  # Ctrl-C while copying: nothing started yet that would remove it
+            self.listener.close()
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            if self.uid is not None:
+                self.uid.release()
+            raise
         self.cgroup = cgroups.create(f"{cgroups.PREFIX}{os.getpid()}-{self.token}", limits.memory_mb, limits.pids) if switched_on(CGROUP_SWITCH) else None
         self._confined: dict[str, Any] = {}
         self._peer_uid: int | None = None
@@ -153,6 +184,16 @@ class Sandbox:
         self._session_lock = threading.Lock()
         self._skip: dict[int, CellOutcome] = {}
         self._total_deadline: float | None = None
+
+    def _copy_folder(self) -> Path | None:
+        """The notebook's folder, copied into work/ (its current directory), owned by the submission."""
+        if self.folder is None:
+            return None
+        cwd = self.folder.copy_into(self.workdir, self.limits.file_mb << 20)
+        if self.uid is not None:
+            for path in [cwd, *cwd.rglob("*")]:
+                os.lchown(path, self.uid.uid, self.uid.gid)
+        return cwd
 
     # -- lifecycle -----------------------------------------------------------------
     def __enter__(self) -> Sandbox:
@@ -176,15 +217,33 @@ class Sandbox:
             ipc.sweep(os.geteuid(), self.ipc_before, self.since)
 
     def isolation_report(self) -> dict[str, Any]:
-        """What confined the submission (GradeResult.isolation), as the worker put it in force."""
+        """What confined the submission (GradeResult.isolation), as the worker put it in force.
+
+        The worker's word is taken only for what it set up before any cell ran (its first
+        message), and only in the shapes expected.
+        """
         confined = self._confined
+        namespaces = [n for n in confined.get("namespaces", []) if isinstance(n, str)]
+        disk = confined.get("disk")
+        if not (isinstance(disk, dict) and all(type(disk.get(k)) is int for k in ("disk_mb", "inodes"))):
+            disk = None
+        if confined.get("proc") is True:
+            proc = "masked" if type(confined.get("proc_masked")) is int and confined["proc_masked"] > 0 else "own"
+        else:
+            proc = "narrowed" if self.landlock else "host"
         return isolation.report(
-            namespaces=[n for n in confined.get("namespaces", []) if isinstance(n, str)],
+            namespaces=namespaces,
             uid=self._peer_uid if self._peer_uid is not None else (self.uid.uid if self.uid is not None else None),
             cgroup=self.cgroup,
             rlimits={k: v for k, v in (confined.get("limits") or {}).items() if type(v) is int},
             landlock=self.landlock,
             devices=[d for d in confined.get("devices", []) if isinstance(d, str)][:64],
+            seccomp=confined["seccomp"] if type(confined.get("seccomp")) is int else 0,
+            keyring=confined.get("keyring") is True,
+            proc=proc,
+            sys="cpus" if confined.get("sys") == "cpus" else "host",
+            disk={"disk_mb": disk["disk_mb"], "inodes": disk["inodes"]} if disk else None,
+            wall_backstop=self.limits.wall_backstop,
         )
 
     def _plan(self) -> str:
@@ -200,6 +259,10 @@ class Sandbox:
             "cuda": self.allow_cuda,
             "tmpfs_mb": self.limits.file_mb,
             "since": self.since,
+            "memory_mb": self.limits.memory_mb,
+            "workdir": str(self.workdir),
+            "disk_mb": self.limits.disk_mb,
+            "inodes": self.limits.inodes,
         }
         return json.dumps(plan)
 
@@ -386,9 +449,12 @@ class Sandbox:
             "op": "load",
             "cells": runnable,
             "workdir": str(self.workdir),
+            "cwd": str(self.cwd) if self.cwd is not None else None,
+            "notebook": self.notebook,
             "shared": str(self.shared_dir),
             "cuda": self.allow_cuda,
             "landlock": switched_on(LANDLOCK_SWITCH),
+            "seccomp": switched_on(SECCOMP_SWITCH),
             "limits": {
                 "memory_mb": self._memory_mb(),
                 "file_mb": self.limits.file_mb,
@@ -402,6 +468,7 @@ class Sandbox:
         except OSError as error:
             raise WorkerLost("exited", str(error)) from None
         seen: dict[int, CellOutcome] = {}
+        skipped: list[SkippedLine] = []
         current: int | None = None
         confined = False
         while True:
@@ -427,15 +494,19 @@ class Sandbox:
                     error = _clean_error(event.get("error"))
                     seen[index] = CellOutcome(index, "error" if error else "ok", error)
                     current = None
+                elif kind == "skipped":
+                    line = _skipped_line(event, {c.index for c in self.cells})
+                    if line is not None and len(skipped) < MAX_SKIPPED:
+                        skipped.append(line)
                 elif kind == "loaded":
-                    return self._loaded(event, seen)
+                    return self._loaded(event, seen, skipped)
             except WorkerLost as lost:
                 if current is None:
                     raise
                 status = "timeout" if lost.reason == "timeout" else "crashed"
                 raise _CellKilled(CellOutcome(current, status, {"type": status, "message": lost.detail})) from None
 
-    def _loaded(self, event: dict[str, Any], seen: dict[int, CellOutcome]) -> LoadReport:
+    def _loaded(self, event: dict[str, Any], seen: dict[int, CellOutcome], skipped: list[SkippedLine]) -> LoadReport:
         names = event.get("names")
         blocked = event.get("blocked_imports")
         return LoadReport(
@@ -445,6 +516,7 @@ class Sandbox:
             cuda_initialized=event.get("cuda_initialized") is True,
             restarts=0,
             landlock=self.landlock,
+            skipped=skipped,
         )
 
     def _reload(self, deadline: float) -> None:
@@ -462,16 +534,21 @@ class Sandbox:
             raise
 
     # -- sessions ------------------------------------------------------------------
-    def session(self, deadline: float) -> Session:
+    def session(self, budget: Budget | float) -> Session:
         """A fresh child forked from the loaded worker, with the cells' definitions in place.
 
-        Threads may ask at once (the judge grades TODOs side by side): one fork order and its
-        connection at a time, so that each thread gets the child it asked for.
+        `budget`: the item's (clock.Budget), whose limits its calls count against; a plain
+        number is a wall-clock deadline (time.monotonic()).  Threads may ask at once (the
+        judge grades TODOs side by side): one fork order and its connection at a time, so
+        that each thread gets the child it asked for.
         """
+        if not isinstance(budget, Budget):
+            budget = Budget.wall(float(budget))
         with self._session_lock:
-            return self._new_session(deadline)
+            return self._new_session(budget)
 
-    def _new_session(self, deadline: float) -> Session:
+    def _new_session(self, budget: Budget) -> Session:
+        deadline = budget.wall_deadline
         if not self._zygote_alive():
             self._reload(deadline)
         assert self.control is not None
@@ -498,7 +575,15 @@ class Sandbox:
             self._stop_worker()
             raise
         gid = self.uid.gid if self.uid is not None else None
-        return Session(conn, _peer_pid(conn), self.limits.call_timeout_s, deadline, shared_dir=self.shared_dir, shared_gid=gid)
+        return Session(
+            conn,
+            _peer_pid(conn),
+            self.limits.call_timeout_s,
+            budget,
+            shared_dir=self.shared_dir,
+            shared_gid=gid,
+            wall_backstop=self.limits.wall_backstop,
+        )
 
     def output(self) -> tuple[str, int]:
         """What the submission printed (first bytes, on stdout then stderr) and how much in all."""

@@ -1,4 +1,5 @@
-"""Confinement of the worker: resource limits, Landlock, capabilities and the devices left.
+"""Confinement of the worker: resource limits, Landlock, capabilities, the devices left, and
+last a session keyring of its own and the seccomp filter (seccomp.py).
 
 Part of the worker (worker.py loads it by path); standard library only.  Applied before
 any cell runs (confine), and again in each session child (scope_session).
@@ -26,6 +27,7 @@ import sys
 
 # Loaded by worker.py before this module, by path (in the worker the sandbox is no package).
 from _pa_sandbox_wire import _safe_str  # noqa: I001
+import _pa_sandbox_seccomp as seccomp  # noqa: I001
 
 
 BLOCKED_TOP_LEVEL = ("reference", "student_template", "grader", "notebooks")
@@ -50,9 +52,16 @@ SCOPE_ABSTRACT_UNIX_SOCKET, SCOPE_SIGNAL = 1 << 0, 1 << 1
 READ_ONLY = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
 FILE_RIGHTS = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV
 
-SYSTEM_READ = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/opt", "/sys")
+# Of /sys only the CPU lists (the C library and torch count CPUs there): the rest shows the
+# machine's cgroups (other gradings' counters), network interfaces and devices.  Under CUDA
+# the driver reads the PCI tree: all of /sys then.
+SYSTEM_READ = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/opt", "/sys/devices/system/cpu")
 DEVICE_FILES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 PROC_HIDDEN = ("net", "sysvipc")  # every socket path and IPC object on the machine, when /proc is the host's
+# What of the host's machine-wide /proc entries a submission may read when it has no /proc of
+# its own: fixed descriptions only (torch needs cpuinfo), never the counters that move with
+# other processes (stat, meminfo, loadavg, keys, locks, pressure, ...); views.py says why.
+PROC_READABLE = ("cpuinfo", "version", "filesystems", "crypto", "execdomains")
 
 
 class _RulesetAttr(ctypes.Structure):
@@ -155,13 +164,14 @@ def _add_rule(ruleset, path, access, abi):
 def _proc_rules():
     """What of the host's /proc a submission may read when it has no /proc of its own.
 
-    Not the folders of other processes (other gradings' command lines and socket paths), and
-    not the machine-wide socket and IPC tables: the system-wide files, and this process's own
-    folder, less its net/ (a process forked later cannot read its own folder then).
+    Not the folders of other processes (other gradings' command lines and socket paths), not
+    the machine-wide socket and IPC tables, not the counters: the fixed descriptions of
+    PROC_READABLE, and this process's own folder, less its net/ (a process forked later
+    cannot read its own folder then).
     """
     rules = []
     own = os.path.realpath("/proc/self")
-    for folder, names in (("/proc", [n for n in os.listdir("/proc") if not n.isdigit()]), (own, os.listdir(own))):
+    for folder, names in (("/proc", [n for n in PROC_READABLE if os.path.exists(f"/proc/{n}")]), (own, os.listdir(own))):
         for name in names:
             path = os.path.join(folder, name)
             # Never a link: a rule follows it, and /proc/self/root leads to "/", cwd and exe elsewhere.
@@ -185,7 +195,7 @@ def landlock(writable, shared, extra_devices=(), own_proc=False, own_dev=False):
     if ruleset < 0:
         raise OSError(ctypes.get_errno(), "landlock_create_ruleset")
     try:
-        reads = _read_rules() + (["/proc"] if own_proc else _proc_rules()) + (["/dev"] if own_dev else [])
+        reads = _read_rules() + (["/proc"] if own_proc else _proc_rules()) + (["/dev"] if own_dev else []) + (["/sys"] if extra_devices else [])
         for path in reads:
             try:
                 _add_rule(ruleset, path, READ_ONLY, abi)
@@ -327,6 +337,21 @@ def confine(load, facts=None):
         except OSError as error:
             report["error"] = _safe_str(error)[:300]
     report["namespaces"] = list(facts.get("namespaces", ()))
+    report["proc"] = bool(facts.get("proc"))
+    report["proc_masked"] = len(facts.get("proc_masked", ()))
+    report["sys"] = facts.get("sys", "host")
+    report["disk"] = facts.get("disk")
+    report["view_errors"] = [_safe_str(e)[:300] for e in facts.get("view_errors", ())][:5]
     report["devices"] = _devices(facts.get("dev", False), report["landlock"], list(DEVICE_FILES) + devices)
     report["capabilities_dropped"] = drop_capabilities()
+    # Last, once nothing of ours needs a call it denies: a keyring of its own, then the filter.
+    report["keyring"] = bool(seccomp.fresh_session_keyring())
+    report["seccomp"] = 0
+    if load.get("seccomp") is False:  # switched off by the instructor (PA_GRADER_SECCOMP=0)
+        report["seccomp_error"] = "switched off"
+    else:
+        try:
+            report["seccomp"] = seccomp.install()
+        except (OSError, ValueError) as error:
+            report["seccomp_error"] = _safe_str(error)[:300]
     return report

@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 NAMESPACES_SWITCH = "PA_GRADER_NAMESPACES"  # "0" in the judge's environment: no namespaces (Landlock and rlimits only)
-USER_NAMESPACE_SWITCH = "PA_GRADER_USER_NAMESPACE"  # "0": as root, PID/IPC/net/mount namespaces without a user namespace
+USER_NAMESPACE_SWITCH = "PA_GRADER_USER_NAMESPACE"  # "0": as root, the other namespaces without a user namespace
 CGROUP_SWITCH = "PA_GRADER_CGROUPS"  # "0": no cgroup (rlimits only)
 LANDLOCK_SWITCH = "PA_GRADER_LANDLOCK"  # "0": no Landlock
-ALL_NAMESPACES = ["user", "pid", "ipc", "net", "mount"]
+SECCOMP_SWITCH = "PA_GRADER_SECCOMP"  # "0": no seccomp filter
+ALL_NAMESPACES = ["user", "pid", "ipc", "net", "mount", "uts", "cgroup"]
 
 
 def switched_on(name: str) -> bool:
@@ -34,21 +35,42 @@ def report(
     rlimits: dict[str, int | None],
     landlock: int,
     devices: list[str],
+    seccomp: int = 0,
+    keyring: bool = False,
+    proc: str = "host",
+    sys: str = "host",
+    disk: dict[str, int] | None = None,
+    wall_backstop: float | None = None,
 ) -> dict[str, Any]:
-    """The isolation dict.  `cgroup` is a cgroups.Cgroup or None; `rlimits` what the zygote set."""
+    """The isolation dict.  `cgroup` is a cgroups.Cgroup or None; `rlimits` what the zygote set.
+
+    `seccomp`: how many system calls the filter denies (0: no filter); `keyring`: a session
+    keyring of its own; `proc`: "masked" (its own, the machine-wide entries covered), "own",
+    "narrowed" (the host's, Landlock keeps other processes out) or "host"; `sys`: "cpus"
+    (the CPU lists only) or "host"; `disk`: the work folder's tmpfs caps, None without one;
+    `wall_backstop`: the limits count CPU time, and this many times them in wall-clock time.
+    """
     limits = {
         "memory_mb": cgroup.memory_mb if cgroup is not None else None,
         "pids": (cgroup.pids if cgroup is not None else None) or rlimits.get("nproc"),
         "nofile": rlimits.get("nofile"),
         "fsize_mb": rlimits.get("file_mb"),
         "address_space_mb": rlimits.get("memory_mb"),
+        "disk_mb": (disk or {}).get("disk_mb"),
+        "inodes": (disk or {}).get("inodes"),
     }
     result = {
         "namespaces": [n for n in ALL_NAMESPACES if n in namespaces],
         "uid": uid,
         "cgroup": cgroup.version if cgroup is not None else None,
+        "cpu": dict(cgroup.cpu) if cgroup is not None and getattr(cgroup, "cpu", None) else None,
         "limits": limits,
+        "clock": {"counts": "cpu", "wall_backstop": wall_backstop} if wall_backstop else None,
         "landlock": landlock,
+        "seccomp": seccomp,
+        "keyring": keyring,
+        "proc": proc,
+        "sys": sys,
         "devices": list(devices),
     }
     result["summary"] = summary(result)
@@ -56,7 +78,7 @@ def report(
 
 
 def summary(iso: dict[str, Any]) -> dict[str, str]:
-    """One line per language, e.g. "namespaces user+pid+ipc+net+mount, uid 1200000042, cgroup v1 (...)"."""
+    """One line per language, e.g. "namespaces user+pid+ipc+net+mount+uts+cgroup, uid 1200000042, cgroup v1 (...)"."""
     limits = iso["limits"]
     names = "+".join(iso["namespaces"])
     zh = [f"命名空间 {names}" if names else "无命名空间"]
@@ -71,9 +93,17 @@ def summary(iso: dict[str, Any]) -> dict[str, str]:
     if limits["pids"]:
         whole_zh.append(f"{limits['pids']} 个进程")
         whole_en.append(f"{limits['pids']} processes")
+    cpu = iso.get("cpu") or {}
+    if cpu:
+        share = next(iter(cpu.values()))
+        whole_zh.append(f"CPU 份额 {share}（每个评分相同）")
+        whole_en.append(f"CPU share {share}, the same for every grading")
     if iso["cgroup"]:
         zh.append(f"cgroup {iso['cgroup']}（{'，'.join(whole_zh)}）")
         en.append(f"cgroup {iso['cgroup']} ({', '.join(whole_en)})")
+    else:
+        zh.append("无 cgroup（内存按进程限制，无 CPU 份额）")
+        en.append("no cgroup (memory capped per process, no CPU share)")
     each_zh, each_en = [], []
     if limits["address_space_mb"]:
         each_zh.append(f"每个进程地址空间 {limits['address_space_mb']} MiB")
@@ -90,8 +120,33 @@ def summary(iso: dict[str, Any]) -> dict[str, str]:
     if each_en:
         zh.append(f"rlimit（{'，'.join(each_zh)}）")
         en.append(f"rlimits ({', '.join(each_en)})")
+    if limits.get("disk_mb"):
+        zh.append(f"磁盘 tmpfs {limits['disk_mb']} MiB、{limits['inodes']} 个文件")
+        en.append(f"disk: a tmpfs of {limits['disk_mb']} MiB and {limits['inodes']} files")
+    else:
+        zh.append("磁盘总量不限（只限单个文件）")
+        en.append("disk total not capped (per file only)")
+    proc_zh = {"masked": "/proc 只见自己，全机计数已遮蔽", "own": "/proc 只见自己", "narrowed": "/proc 由 Landlock 收窄", "host": "/proc 为主机的"}
+    proc_en = {"masked": "/proc its own, machine-wide counters masked", "own": "/proc its own", "narrowed": "/proc narrowed by Landlock", "host": "the host's /proc"}
+    zh.append(proc_zh.get(iso.get("proc", "host"), proc_zh["host"]))
+    en.append(proc_en.get(iso.get("proc", "host"), proc_en["host"]))
+    zh.append("/sys 仅 CPU 列表" if iso.get("sys") == "cpus" else "/sys 为主机的")
+    en.append("/sys: CPU lists only" if iso.get("sys") == "cpus" else "the host's /sys")
+    if iso.get("seccomp"):
+        zh.append(f"seccomp（禁止 {iso['seccomp']} 个系统调用）")
+        en.append(f"seccomp ({iso['seccomp']} system calls denied)")
+    else:
+        zh.append("无 seccomp")
+        en.append("no seccomp")
+    if iso.get("keyring"):
+        zh.append("独立的密钥环")
+        en.append("a keyring of its own")
     zh.append(f"Landlock ABI {iso['landlock']}" if iso["landlock"] else "无 Landlock")
     en.append(f"Landlock ABI {iso['landlock']}" if iso["landlock"] else "no Landlock")
+    clock = iso.get("clock") or {}
+    if clock.get("wall_backstop"):
+        zh.append(f"时限按 CPU 时间计（墙钟上限 ×{clock['wall_backstop']:g}）")
+        en.append(f"time limits in CPU time (wall clock ×{clock['wall_backstop']:g})")
     return {"zh": "，".join(zh), "en": ", ".join(en)}
 
 
@@ -110,39 +165,60 @@ def landlock_abi() -> int:
 
 _PROBE = """
 import importlib.util, json, os, sys
-spec = importlib.util.spec_from_file_location("probe_namespaces", sys.argv[1])
-ns = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(ns)
-print(json.dumps(ns.names(ns.unshare_what_we_can(os.geteuid() == 0, sys.argv[2] != "0"))))
+def load(path):
+    spec = importlib.util.spec_from_file_location("probe_" + os.path.basename(path)[:-3], path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+ns, seccomp = load(sys.argv[1]), load(sys.argv[2])
+names = ns.names(ns.unshare_what_we_can(os.geteuid() == 0, sys.argv[3] != "0"))
+try:
+    denied = seccomp.install() if sys.argv[4] != "0" else 0
+except (OSError, ValueError):
+    denied = 0
+print(json.dumps({"namespaces": names, "seccomp": denied}))
 """
 
 
 @functools.cache
 def probe() -> dict[str, Any]:
-    """What a sandbox started now would get here: {"root", "namespaces", "cgroup", "landlock"}."""
+    """What a sandbox started now would get here: {"root", "namespaces", "cgroup", "cpu", "landlock", "seccomp"}."""
     from grader.sandbox import cgroups
 
-    namespaces: list[str] = []
-    if switched_on(NAMESPACES_SWITCH):
-        try:
-            out = subprocess.run(
-                [sys.executable, "-S", "-c", _PROBE, str(Path(__file__).with_name("namespaces.py")), os.environ.get(USER_NAMESPACE_SWITCH, "1")],
-                capture_output=True,
-                text=True,
-                timeout=30,
-            ).stdout
-            namespaces = json.loads(out) if out.strip() else []
-        except (OSError, subprocess.SubprocessError, ValueError):
-            namespaces = []
-    cgroup = None
+    found: dict[str, Any] = {"namespaces": [], "seccomp": 0}
+    try:
+        here = Path(__file__).parent
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-S",
+                "-c",
+                _PROBE,
+                str(here / "namespaces.py"),
+                str(here / "seccomp.py"),
+                os.environ.get(USER_NAMESPACE_SWITCH, "1") if switched_on(NAMESPACES_SWITCH) else "0",
+                "1" if switched_on(SECCOMP_SWITCH) else "0",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
+        found = json.loads(out) if out.strip() else found
+    except (OSError, subprocess.SubprocessError, ValueError):
+        pass
+    if not switched_on(NAMESPACES_SWITCH):
+        found["namespaces"] = []
+    cgroup, cpu = None, {}
     if switched_on(CGROUP_SWITCH):
         made = cgroups.create(f"{cgroups.PREFIX}{os.getpid()}-probe", 64, 16)
         if made is not None:
-            cgroup = made.version
+            cgroup, cpu = made.version, dict(made.cpu)
             made.remove()
     return {
         "root": os.geteuid() == 0,
-        "namespaces": namespaces,
+        "namespaces": list(found.get("namespaces") or []),
         "cgroup": cgroup,
+        "cpu": cpu,
         "landlock": landlock_abi() if switched_on(LANDLOCK_SWITCH) else 0,
+        "seccomp": int(found.get("seccomp") or 0),
     }

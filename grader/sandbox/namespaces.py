@@ -29,23 +29,38 @@ import os
 import stat
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWCGROUP = 0x02000000
+CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 ISOLATING = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWPID | CLONE_NEWNET  # root may have these without a user namespace
-NAMES = ((CLONE_NEWUSER, "user"), (CLONE_NEWPID, "pid"), (CLONE_NEWIPC, "ipc"), (CLONE_NEWNET, "net"), (CLONE_NEWNS, "mount"))
+VIEWS = CLONE_NEWCGROUP | CLONE_NEWUTS  # what the submission sees of its cgroup and of the host's name (Linux 4.6+)
+NAMES = (
+    (CLONE_NEWUSER, "user"),
+    (CLONE_NEWPID, "pid"),
+    (CLONE_NEWIPC, "ipc"),
+    (CLONE_NEWNET, "net"),
+    (CLONE_NEWNS, "mount"),
+    (CLONE_NEWUTS, "uts"),
+    (CLONE_NEWCGROUP, "cgroup"),
+)
+HOSTNAME = "sandbox"
 
-MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
-MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MNT_DETACH = 2
 
 DEVICES = ("null", "zero", "full", "random", "urandom")
 HIDDEN = ("/tmp", "/var/tmp", "/run")  # where other gradings' sockets and files, and the host's daemons' sockets, live
 TMPFS_FLAGS = MS_NOSUID | MS_NODEV
+SMALL_INODES = 1024  # files in each of /tmp, /var/tmp, /run, /dev/shm (the work folder has its own cap)
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.unshare.argtypes = [ctypes.c_int]
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+_libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 
 
 def _check(result: int, what: str) -> None:
@@ -65,11 +80,14 @@ def unshare(flags: int) -> None:
 def unshare_what_we_can(root: bool, user: bool = True) -> int:
     """Unshare every namespace the kernel allows this process; returns the flags in force.
 
-    All five together, else (as root, in a container that refuses user namespaces, or when
-    `user` is False) the four that root may have without one, else none: the caller falls
-    back to Landlock and rlimits.
+    All seven together (user, PID, IPC, network, mount, UTS, cgroup), else (as root, in a
+    container that refuses user namespaces, or when `user` is False) all but the user
+    namespace, else none: the caller falls back to Landlock and rlimits.  A kernel without
+    cgroup namespaces (before 4.6) gets the same without cgroup and UTS.
     """
-    for flags in (CLONE_NEWUSER | ISOLATING if user else 0, ISOLATING if root else 0):
+    user_flags = CLONE_NEWUSER | ISOLATING if user else 0
+    root_flags = ISOLATING if root else 0
+    for flags in (user_flags | VIEWS if user_flags else 0, user_flags, root_flags | VIEWS if root_flags else 0, root_flags):
         if not flags:
             continue
         try:
@@ -118,6 +136,17 @@ def mount(source: str | None, target: str, fstype: str | None, flags: int, data:
     _check(_libc.mount(_bytes(source), target.encode(), _bytes(fstype), flags, _bytes(data)), f"mount {target}")
 
 
+def umount(target: str, flags: int = 0) -> None:
+    _check(_libc.umount2(target.encode(), flags), f"umount {target}")
+
+
+def set_hostname(name: str) -> None:
+    """The UTS namespace's name (the host's stays the host's)."""
+    import socket
+
+    socket.sethostname(name)
+
+
 def bind(fd: int, target: str) -> None:
     """Bind what `fd` (an O_PATH descriptor opened before anything was covered) refers to onto `target`."""
     mount(f"/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC)
@@ -161,7 +190,7 @@ def private_dev(extra: list[str], shm_mb: int) -> list[str]:
     for number, name in enumerate(("stdin", "stdout", "stderr")):
         os.symlink(f"/proc/self/fd/{number}", f"/dev/{name}")
     os.mkdir("/dev/shm")
-    mount("tmpfs", "/dev/shm", "tmpfs", TMPFS_FLAGS, f"mode=1777,size={shm_mb}m")
+    mount("tmpfs", "/dev/shm", "tmpfs", TMPFS_FLAGS, f"mode=1777,size={shm_mb}m,nr_inodes={SMALL_INODES}")
     return sorted(sources)
 
 
@@ -171,7 +200,7 @@ def hide(directory: str, keep: dict[str, int], mode: int, size_mb: int) -> None:
     `keep` maps a path to an O_PATH descriptor of it, opened before anything was covered (the
     judge's private directory, the Python installation where it lives in a covered folder).
     """
-    mount("tmpfs", directory, "tmpfs", TMPFS_FLAGS, f"mode={mode:o},size={size_mb}m")
+    mount("tmpfs", directory, "tmpfs", TMPFS_FLAGS, f"mode={mode:o},size={size_mb}m,nr_inodes={SMALL_INODES}")
     for path, fd in sorted(keep.items()):
         if not _under(path, directory) or any(_under(path, other) and other != path for other in keep if _under(other, directory)):
             continue  # elsewhere, or inside another kept path that brings it along

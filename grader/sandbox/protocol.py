@@ -11,10 +11,12 @@ import socket
 import struct
 import threading
 import time
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 MAX_FRAME = 16 << 20  # no correct reply is near this; a larger one is refused unread
+MAX_SKIPPED = 50  # lines reported as not run while grading, per submission
+SKIP_REASONS = ("shell", "install", "debugger", "network", "program")
 
 
 class WorkerLost(Exception):
@@ -38,6 +40,16 @@ class CellOutcome:
 
 
 @dataclass
+class SkippedLine:
+    """A line of a cell that did not run while grading (a shell command, an install, a debugger)."""
+
+    index: int  # the cell
+    line: int | None  # its line, when the worker could tell
+    text: str  # the line as typed (the student's text: sanitised with the rest)
+    reason: str  # one of SKIP_REASONS
+
+
+@dataclass
 class LoadReport:
     cells: list[CellOutcome]
     names: dict[str, dict[str, Any]]
@@ -46,6 +58,7 @@ class LoadReport:
     restarts: int
     failed: str | None = None  # why loading never finished, if it did not
     landlock: int = 0  # the Landlock ABI the submission runs under (0: none)
+    skipped: list[SkippedLine] = field(default_factory=list)
 
 
 @dataclass
@@ -105,7 +118,14 @@ def _send(sock: socket.socket, message: dict[str, Any]) -> None:
     sock.sendall(struct.pack(">I", len(data)) + data)
 
 
-def _recv(sock: socket.socket, deadline: float) -> dict[str, Any]:
+class Waiter(Protocol):
+    """A limit that is not a fixed moment (clock.CallClock): how long to wait before asking
+    again; 0 when it is reached."""
+
+    def next_wait(self) -> float: ...
+
+
+def _recv(sock: socket.socket, deadline: float | Waiter) -> dict[str, Any]:
     (size,) = struct.unpack(">I", _read_exact(sock, 4, deadline))
     if size > MAX_FRAME:
         raise WorkerLost("too_large", f"a reply of {size} bytes")
@@ -118,17 +138,17 @@ def _recv(sock: socket.socket, deadline: float) -> dict[str, Any]:
     return message
 
 
-def _read_exact(sock: socket.socket, size: int, deadline: float) -> bytes:
+def _read_exact(sock: socket.socket, size: int, deadline: float | Waiter) -> bytes:
     chunks = []
     while size:
-        remaining = deadline - time.monotonic()
+        remaining = deadline - time.monotonic() if isinstance(deadline, float | int) else deadline.next_wait()
         if remaining <= 0:
             raise WorkerLost("timeout")
         sock.settimeout(remaining)
         try:
             chunk = sock.recv(min(size, 1 << 20))
         except TimeoutError:
-            raise WorkerLost("timeout") from None
+            continue  # the limit says whether to wait longer
         except OSError as error:
             raise WorkerLost("exited", str(error)) from None
         if not chunk:
@@ -150,6 +170,14 @@ def _clean_error(raw: Any) -> dict[str, Any] | None:
         "rejected_return": raw.get("rejected_return") is True,
         "isa": [str(name)[:40] for name in raw.get("isa", [])][:20] if isinstance(raw.get("isa"), list) else [],
     }
+
+
+def _skipped_line(event: dict[str, Any], cells: set[int]) -> SkippedLine | None:
+    """A skipped-line event, if it names a cell of this submission and a known reason (else ignored)."""
+    index, line, text, reason = event.get("index"), event.get("line"), event.get("text"), event.get("reason")
+    if type(index) is not int or index not in cells or reason not in SKIP_REASONS or not isinstance(text, str):
+        return None
+    return SkippedLine(index, line if type(line) is int and 0 < line < 1 << 20 else None, text[:300], reason)
 
 
 def _index(event: dict[str, Any]) -> int:

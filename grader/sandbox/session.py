@@ -10,11 +10,11 @@ import os
 import secrets
 import signal
 import socket
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grader.sandbox.clock import Budget, CallClock
 from grader.sandbox.protocol import BudgetExceeded, Reply, WorkerLost, _clean_error, _recv, _send
 
 ATTENTION_INPUTS = ("query", "key_cache", "value_cache", "block_tables", "seq_lens")
@@ -22,22 +22,35 @@ ATTENTION_INPUTS = ("query", "key_cache", "value_cache", "block_tables", "seq_le
 
 @dataclass
 class Session:
-    """One forked child.  `call` sends one operation and waits for its reply within the limits."""
+    """One forked child.  `call` sends one operation and waits for its reply within the limits.
+
+    The limits count CPU time (clock.py): a call may use `call_timeout_s` of the session's
+    CPU, or run `wall_backstop` times that in wall-clock time; the item's `budget` holds its
+    CPU and wall-clock limits and counts this session's CPU until it ends.
+    """
 
     conn: socket.socket
     pid: int
     call_timeout_s: float
-    deadline: float
+    budget: Budget
     alive: bool = True
     shared_dir: Path | None = None
     shared_gid: int | None = None  # the submission's group, when it runs under a uid of its own
+    wall_backstop: float = 3.0
     _next_id: int = field(default=0)
+
+    def __post_init__(self) -> None:
+        self.budget.session_started(self.pid)
+
+    @property
+    def deadline(self) -> float:
+        """The wall-clock moment the item's budget ends at the latest (monotonic)."""
+        return self.budget.wall_deadline
 
     def call(self, op: str, timeout: float | None = None, **fields: Any) -> Reply:
         if not self.alive:
             raise WorkerLost("exited", "the session already ended")
-        now = time.monotonic()
-        if now >= self.deadline:
+        if self.budget.expired():
             self.kill()
             raise BudgetExceeded()
         self._next_id += 1
@@ -45,11 +58,11 @@ class Session:
         if op == "attention" and fields.get("device", "cpu") == "cpu" and self.shared_dir is not None:
             fields, shared = _share_inputs(fields, self.shared_dir, self.shared_gid)
         message = {"op": op, "id": self._next_id, **fields}
-        call_deadline = min(now + (timeout or self.call_timeout_s), self.deadline)
+        clock = CallClock(self.pid, timeout or self.call_timeout_s, self.wall_backstop, self.budget)
         try:
             _send(self.conn, message)
             while True:
-                reply = _recv(self.conn, call_deadline)
+                reply = _recv(self.conn, clock)
                 if reply.get("id") == self._next_id:
                     break
             if shared is not None and reply.get("ok") is True and isinstance(reply.get("value"), dict):
@@ -57,8 +70,10 @@ class Session:
                 reply["value"]["input_digests"] = shared.digests()
         except WorkerLost as lost:
             self.kill()
-            if lost.reason == "timeout" and time.monotonic() >= self.deadline:
+            if lost.reason == "timeout" and clock.reason == "budget":
                 raise BudgetExceeded() from None
+            if lost.reason == "timeout":
+                raise WorkerLost("timeout", clock.describe()) from None
             raise
         except OSError as error:
             self.kill()
@@ -76,6 +91,7 @@ class Session:
     def kill(self) -> None:
         if self.alive:
             self.alive = False
+            self.budget.session_ended(self.pid)  # its CPU, read before it goes
             try:
                 os.kill(self.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):

@@ -6,11 +6,13 @@ keeper  the process the judge started.  It stays outside every namespace and hol
         end of the judge's lifeline: when that closes (the judge exited or was killed, however)
         it kills everything below itself and removes what the grading left behind: the
         judge's private directory, the cgroup, IPC objects no namespace took away.
-nest    joins the cgroup and unshares the namespaces (the keeper, still outside, writes its
-        uid and gid maps).  Then it only waits for init.
+nest    joins the cgroup, then unshares the namespaces (the cgroup namespace's root is then the
+        grading's cgroup; the keeper, still outside, writes its uid and gid maps).  Then it
+        only waits for init.
 init    the first process of the new PID namespace (PID 1): it mounts the private /proc, /dev
-        and /tmp, takes the submission's uid where no user namespace gave it one, forks the
-        zygote and reaps.  When it dies the kernel kills every process in the namespace.
+        and /tmp, masks /proc and replaces /sys and the work folder (views.py), takes the
+        submission's uid where no user namespace gave it one, forks the zygote and reaps.
+        When it dies the kernel kills every process in the namespace.
         Without a PID namespace it is a child subreaper instead: orphans of the submission
         (daemons, double forks) become its children, where the keeper and the judge find them.
 zygote  returns from enter() with what is in force ("facts"), imports torch, runs the cells.
@@ -55,6 +57,7 @@ def _sibling(name: str) -> ModuleType:
 
 
 ns = _sibling("namespaces")  # ipc and cgroups only when the judge died and the keeper cleans up
+views = _sibling("views")
 
 
 def enter(plan: dict[str, Any], lifeline: int | None, private_dir: str, roots: list[str]) -> dict[str, Any]:
@@ -64,14 +67,26 @@ def enter(plan: dict[str, Any], lifeline: int | None, private_dir: str, roots: l
     "user_namespace" (False: as root, the others without one, as some containers allow), "uid"
     and "gid" (the submission's ids outside, when the judge runs as root), "cgroups" (the
     directories to join), "uid_lock" and "uid_lock_path" (the uid's lock, kept by the keeper alone),
-    "cuda", "tmpfs_mb" and "since" (when the grading began).
+    "cuda", "tmpfs_mb", "since" (when the grading began), "memory_mb" (what /proc/meminfo
+    says), and "workdir", "disk_mb" and "inodes" (the work folder's tmpfs).
     `roots` are the paths the submission must be able to read (the Python installation).
     """
     root = os.geteuid() == 0
     uid, gid = plan.get("uid"), plan.get("gid")
     drop = root and uid is not None and gid is not None
     wanted = plan.get("namespaces", True) is not False
-    facts: dict[str, Any] = {"namespaces": [], "proc": False, "dev": False, "devices": [], "hidden": [], "fatal": None}
+    facts: dict[str, Any] = {
+        "namespaces": [],
+        "proc": False,
+        "dev": False,
+        "devices": [],
+        "hidden": [],
+        "proc_masked": [],
+        "sys": "host",
+        "disk": None,
+        "view_errors": [],
+        "fatal": None,
+    }
     _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     # Opened now: init rebuilds /dev in the mount namespace the nest shares, and an open of
     # /dev/null by the nest at that moment would find nothing there.
@@ -155,6 +170,7 @@ def _build(facts: dict[str, Any], flags: int, plan: dict[str, Any], hidden: list
         for directory in hidden:
             ns.hide(directory, keep, 0o1777 if directory in ("/tmp", "/var/tmp") else 0o755, size)
         facts["hidden"] = hidden
+        _views(facts, flags, plan)
     elif plan.get("uid") is not None and os.geteuid() == 0:
         # No mount namespace to show a Python installation that the new uid cannot reach.
         blocked = sorted({b for p in roots for b in [ns.blocked_ancestor(p, plan["uid"], plan["gid"])] if b})
@@ -164,6 +180,37 @@ def _build(facts: dict[str, Any], flags: int, plan: dict[str, Any], hidden: list
                 " grader lives), and this machine allows no mount namespace to show it: make it readable by"
                 " other users (chmod o+rx), or run the grader as an unprivileged user"
             )
+
+
+def _views(facts: dict[str, Any], flags: int, plan: dict[str, Any]) -> None:
+    """The host's name, /proc, /sys and the work folder as the submission sees them (views.py).
+
+    Each one that the kernel refuses is left as it was and said in `facts` (the isolation
+    summary shows it); none of them stops the grading.
+    """
+    if flags & ns.CLONE_NEWUTS:
+        try:
+            ns.set_hostname(ns.HOSTNAME)
+        except OSError as error:
+            facts["view_errors"].append(f"hostname: {error}")
+    if facts["proc"]:
+        try:
+            facts["proc_masked"] = views.mask_proc(plan.get("memory_mb"), bool(plan.get("cuda")))
+        except OSError as error:
+            facts["view_errors"].append(f"/proc: {error}")
+    try:
+        facts["sys"] = views.replace_sys(bool(plan.get("cuda")))
+    except OSError as error:
+        facts["view_errors"].append(f"/sys: {error}")
+    workdir = plan.get("workdir")
+    if workdir and plan.get("disk_mb"):
+        uid, gid = plan.get("uid"), plan.get("gid")
+        owner = (uid, gid) if uid is not None and gid is not None and not flags & ns.CLONE_NEWUSER and os.geteuid() == 0 else None
+        try:
+            facts["disk"] = views.private_work(workdir, int(plan["disk_mb"]), int(plan.get("inodes") or 10000), owner)
+            os.chdir(workdir)  # the zygote's folder is the tmpfs, not the folder it covers
+        except OSError as error:
+            facts["view_errors"].append(f"work folder: {error}")
 
 
 def _quiet(devnull: int) -> None:

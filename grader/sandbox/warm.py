@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.sandbox import forkserver
+from grader.sandbox.client import Sandbox
 from grader.sandbox.forked import Forked, ForkRefused, request
 
 WORKER = Path(__file__).with_name("worker.py")
@@ -142,15 +143,12 @@ def _last_words(process: subprocess.Popen[bytes]) -> str:
 
 def use(template: Template | None) -> None:
     """Sandboxes of this process (and of processes it forks from now on) try `template` first."""
-    from grader.sandbox.client import Sandbox
-
     Sandbox.template = template
 
 
 def current() -> Template | None:
-    from grader.sandbox.client import Sandbox
-
-    return Sandbox.template
+    template = Sandbox.template
+    return template if isinstance(template, Template) else None
 
 
 __all__ = ["Forked", "ForkRefused", "Template", "current", "start", "use"]

@@ -109,9 +109,24 @@ EXCEPTION_CLASSES = (
 )
 
 
+# Folders whose files are the submission's own (the copy of the notebook's folder: modules it
+# wrote and imported, scripts it ran with %run): their frames are shown, by relative path.
+SOURCE_ROOTS = []
+
+
+def _own_frame(frame):
+    name = str(frame.filename)
+    if name.startswith("<cell"):  # the judge shows the cell's line itself (report/cells.py)
+        return traceback.FrameSummary(name, frame.lineno, frame.name, line="")
+    for root in SOURCE_ROOTS:
+        if name.startswith(root):
+            return traceback.FrameSummary(name[len(root):], frame.lineno, frame.name, line=frame.line)
+    return None
+
+
 def describe_error(error):
     try:
-        frames = [f for f in traceback.extract_tb(error.__traceback__) if str(f.filename).startswith("<cell")]
+        frames = [own for own in (_own_frame(f) for f in traceback.extract_tb(error.__traceback__)) if own is not None]
         shown = "".join(traceback.format_list(frames[-6:]))[-4000:]
     except BaseException:
         shown = ""

@@ -19,13 +19,14 @@ template's child):
   and dies with it;
 - the *zygote*: it caps its own resources, shuts itself in (Landlock, when the kernel has
   it: no file outside the Python installation and its own work directory, no signal or
-  ptrace to anything outside the sandbox, no TCP), runs the notebook's cells once and then
-  waits for "fork" orders;
+  ptrace to anything outside the sandbox, no TCP), goes into its copy of the notebook's
+  folder, runs the notebook's cells once through IPython and then waits for "fork" orders;
 - *session children*, one per order, each answering operations (call this method, run that
   function) one at a time over its own connection, each shut into a Landlock domain of its
   own so that it cannot signal the zygote or another session.
 
-It uses only the standard library and torch, and the judge trusts nothing it says: every
+It uses only the standard library, torch and IPython (shell.py: the cells run through IPython's
+InteractiveShell as in a Jupyter kernel), and the judge trusts nothing it says: every
 answer is an observation to be checked, never a verdict.  What the judge measures itself
 (whether paged_attention changed its inputs) it reads from memory it shares with the child.
 """
@@ -39,17 +40,13 @@ from builtins import (  # noqa: I001, UP029
     ImportError,
     any,
     bool,
-    compile,
     dict,
-    exec,
     int,
     isinstance,
     len,
-    repr,
     str,
     type,
 )
-import builtins
 import ctypes
 import json
 import os
@@ -79,8 +76,12 @@ def _sandbox_module(name):
 
 # The worker's other rooms, loaded by path once (a warm template already has them).
 wire = _sandbox_module("wire")
+_sandbox_module("seccomp")  # confine.py's
 confinement = _sandbox_module("confine")
 operations = _sandbox_module("operations")
+# IPython, which runs the cells (its import is a tenth of torch's; it starts no thread, so spawn.py
+# can still unshare).  Read now: in the worker's mount namespace the grader's files may be hidden.
+shell_module = _sandbox_module("shell")
 BLOCKED_TOP_LEVEL = confinement.BLOCKED_TOP_LEVEL
 send, recv, connect, describe_error, _safe_str, _dumps = wire.send, wire.recv, wire.connect, wire.describe_error, wire._safe_str, wire._dumps
 confine, scope_session, _read_roots = confinement.confine, confinement.scope_session, confinement._read_roots
@@ -111,86 +112,62 @@ def become_reaper(lifeline, private_dir, plan):
 
 # --- start-up: run the cells, then serve forks ----------------------------------------
 
-PYTHON_CELL_MAGICS = ("time", "timeit", "capture", "prun", "debug")
+def notebook_namespace(notebook=True):
+    """The namespace cells run in: IPython's user namespace, as a Jupyter kernel has it (shell.py)."""
+    return shell_module.make_shell(notebook).user_ns
 
 
-class NotebookShell:
-    """What notebook code finds behind `get_ipython()`: IPython's calls, run as Jupyter runs them.
-
-    The judge turns magics and `!` lines into these calls with IPython's own input
-    transformer.  Magics whose body is Python run it once in the notebook's namespace; shell
-    escapes and the rest (%matplotlib, %pip, %load_ext, ...) do nothing while grading.
-    """
-
-    def __init__(self, namespace):
-        self.user_ns = namespace
-        self.config = {}
-        self.kernel = None
-
-    def _run(self, source, name):
-        if source.strip():
-            exec(compile(source, f"<%{name}>", "exec"), self.user_ns)
-
-    def run_line_magic(self, magic_name, line, _stack_depth=1):
-        if magic_name in PYTHON_CELL_MAGICS:
-            self._run(line, magic_name)
-        return None
-
-    def run_cell_magic(self, magic_name, line, cell):
-        if magic_name in PYTHON_CELL_MAGICS:
-            self._run(cell, magic_name)
-        elif magic_name == "writefile" and line.split():  # a file a later cell may import
-            words = line.split()
-            with open(words[-1], "a" if "-a" in words[:-1] else "w") as f:
-                f.write(cell)
-        return None
-
-    def magic(self, arg_s):
-        name, _, line = arg_s.lstrip("%").partition(" ")
-        return self.run_line_magic(name, line)
-
-    def system(self, cmd):
-        return None
-
-    def getoutput(self, cmd, split=True, depth=0):
-        return []
-
-    def push(self, variables, interactive=True):
-        self.user_ns.update(variables)
-
-    def register_magic_function(self, *args, **kwargs):
-        return None
+def enter_notebook_folder(load):
+    """Go where a kernel started next to the notebook would be: the judge's copy of its folder
+    (a folder of the work directory), with '' on sys.path where IPython puts it."""
+    cwd = load.get("cwd")
+    workdir = os.path.realpath(load["workdir"])
+    if isinstance(cwd, str) and os.path.realpath(cwd).startswith(workdir + os.sep) and os.path.isdir(cwd):
+        os.chdir(cwd)
+        wire.SOURCE_ROOTS[:] = [os.path.realpath(cwd) + os.sep]
+    shell_module.add_working_directory()
 
 
-def display(*objs, **kwargs):
-    """IPython's display(): shown as text when grading (the output is kept for feedback only)."""
-    for obj in objs:
-        print(_safe_str(repr(obj))[:2000])
+def run_cells(sock, cells, shell):
+    """Every cell in order, each as a kernel runs it (shell.execute); one that raises is reported
+    and the next still runs (so a broken scratch cell costs only itself), except sys.exit():
+    the author asked to stop there, and Jupyter's Run All stops there too.  Lines that were not
+    run (shell commands, installs, debuggers) are reported as they happen."""
+    import asyncio
 
+    execute = shell_module.execute
 
-def notebook_namespace():
-    """The namespace the cells run in, with what a Jupyter kernel provides."""
-    namespace = {"__name__": "__main__", "__builtins__": builtins}
-    shell = NotebookShell(namespace)
-    namespace["get_ipython"] = lambda: shell
-    namespace["display"] = display
-    return namespace
+    def report_skipped(index, line, text, reason):
+        # Only this kind of event, built here: the shell is the notebook's (get_ipython()).
+        send(sock, {"event": "skipped", "index": int(index), "line": line if type(line) is int else None,
+                    "text": _safe_str(text)[:300], "reason": _safe_str(reason)[:20]})
 
+    shell.on_skip = report_skipped
 
-def run_cells(sock, cells, namespace):
-    """Every cell in order; one that raises is reported and the next still runs (so a broken
-    scratch cell costs only itself), except sys.exit(): the author asked to stop there, and
-    Jupyter's Run All stops there too."""
-    for index, source in cells:
-        send(sock, {"event": "cell_start", "index": index})
-        try:
-            exec(compile(source, f"<cell {index}>", "exec"), namespace)
-        except BaseException as error:  # SystemExit and KeyboardInterrupt included
+    async def run_all():
+        for index, source in cells:
+            if not source.strip():
+                continue  # a kernel is never sent an empty cell (nbclient skips it)
+            send(sock, {"event": "cell_start", "index": index})
+            try:
+                error = await execute(shell, index, source)
+            except BaseException as raised:  # what even IPython let through
+                error = raised
+            if error is None:
+                send(sock, {"event": "cell_done", "index": index})
+                continue
             send(sock, {"event": "cell_done", "index": index, "error": describe_error(error)})
             if isinstance(error, SystemExit):
                 return
-        else:
-            send(sock, {"event": "cell_done", "index": index})
+
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_until_complete(run_all())
+    finally:
+        shell.on_skip = None
+        asyncio.set_event_loop(None)
+        loop.close()  # its descriptors go before the session children are forked
 
 
 def describe_names(namespace):
@@ -229,9 +206,11 @@ def main(path, lifeline=None, plan=None, forked=False):
     control = connect(path)
     load = recv(control)
     send(control, {"event": "confined", **confine(load, facts)})
-    namespace = notebook_namespace()
+    enter_notebook_folder(load)
+    shell = shell_module.make_shell(load.get("notebook", True) is not False)
     reseed()
-    run_cells(control, [(c["index"], c["source"]) for c in load["cells"]], namespace)
+    run_cells(control, [(c["index"], c["source"]) for c in load["cells"]], shell)
+    namespace = shell.user_ns
     send(
         control,
         {
@@ -277,7 +256,7 @@ def template(requests_fd):
     """Serve fork requests (forkserver.py) with children that go on as `main` would.
 
     Before the first request: what a worker does before it connects (the answer-key guard,
-    spawn.py and torch), and nothing else.  No submission's code or data ever reaches this
+    spawn.py and torch; IPython with the worker's own modules), and nothing else.  No submission's code or data ever reaches this
     process: requests carry the judge's paths, environment and descriptors, and the cells
     go to the forked worker over the judge's own socket.
     """

@@ -1,11 +1,11 @@
-# hostile: removes the import guard from sys.meta_path, spells 'reference' with chr(), puts the project root (found through the worker's __file__) on sys.path, and tries to import or read the answer key and the solution notebook; expect a flag, nothing readable (prints ANSWER KEY NOT REACHABLE), score 0
+# hostile: removes the import guard from sys.meta_path, spells 'reference' with chr(), puts the project root (found through the worker's path, sys.argv[0]) on sys.path, and tries to import or read the answer key and the solution notebook; expect a flag, nothing readable (prints ANSWER KEY NOT REACHABLE), score 0
 import importlib
 import os
 import sys
 
 sys.meta_path[:] = [finder for finder in sys.meta_path if "Block" not in type(finder).__name__]
 NAME = "".join(map(chr, [114, 101, 102, 101, 114, 101, 110, 99, 101]))
-HERE = os.path.abspath(sys.modules["__main__"].__file__)
+HERE = os.path.abspath(sys.argv[0])  # the worker script (cells run in IPython's __main__, which has no file)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 sys.path.insert(0, ROOT)
 importlib.invalidate_caches()

@@ -1,0 +1,57 @@
+"""The examples a grading draws depend on the configuration's seed and the checks alone.
+
+Hypothesis, now and then, draws a constant found in the source of a "local" module (not the
+standard library, not site-packages) loaded at that moment.  Left to itself, that set depends on
+how the grader was started: `grade` has the CLI and every verb loaded, `grader.check()`'s grading
+process does not, a warm batch's judge has what its server imported, pytest has the tests, and an
+installed grader (in site-packages) has none.  The same submission could then meet other
+examples, and get another grade, depending on how it was graded.
+
+So every grading draws from one fixed set: the constants written in the checks' own source
+(`grader/checks/*.py`: the contract's corners, block sizes, lengths), read from those files
+whatever is loaded and wherever the grader is installed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+CHECKS = Path(__file__).with_name("checks")
+_PINNED: Any = None
+
+
+def checks_constants() -> Any:
+    """The constants of the checks' source files, in hypothesis' own sorted sets (a fixed order)."""
+    from hypothesis.internal.constants_ast import Constants, _constants_from_source
+    from hypothesis.internal.floats import float_to_int
+    from sortedcontainers import SortedSet
+
+    found = Constants(integers=SortedSet(), floats=SortedSet(key=float_to_int), bytes=SortedSet(), strings=SortedSet())
+    for path in sorted(CHECKS.glob("*.py")):
+        try:
+            found |= _constants_from_source(path.read_bytes(), limit=True)
+        except Exception:  # a file hypothesis cannot read gives nothing, the same way every time
+            continue
+    return found
+
+
+def pin_local_constants() -> None:
+    """Make hypothesis draw from the checks' constants and no others, in this process (idempotent)."""
+    global _PINNED
+    if _PINNED is not None:
+        return
+    try:
+        from hypothesis.internal.conjecture import providers
+
+        pinned = checks_constants()
+    except ImportError:  # another hypothesis, without local constants: nothing to pin
+        _PINNED = True
+        return
+
+    def the_checks_constants() -> Any:
+        return pinned
+
+    providers._get_local_constants = the_checks_constants
+    providers.CONSTANTS_CACHE.cache.clear()
+    _PINNED = pinned

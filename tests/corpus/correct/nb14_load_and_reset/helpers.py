@@ -1,0 +1,2 @@
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
