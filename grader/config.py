@@ -22,6 +22,18 @@ class HypothesisSettings:
 
 
 @dataclass(frozen=True)
+class Evidence:
+    """How many random cases an item must complete and check before it may pass."""
+
+    min_random: int = 20
+    max_rounds: int = 6
+    per_item: tuple[tuple[str, int], ...] = ()
+
+    def minimum(self, item_id: str) -> int:
+        return dict(self.per_item).get(item_id, self.min_random)
+
+
+@dataclass(frozen=True)
 class Limits:
     cell_timeout_s: float
     call_timeout_s: float
@@ -86,6 +98,8 @@ class Config:
     zero_on_flag: bool
     items: tuple[RubricItem, ...]
     digest: str  # identifies this configuration in gradebooks and caches
+    evidence: Evidence = Evidence()
+    seed_source: str = "config"  # "config", or "command line" (--seed): never replaced by a secret one
     notebook: NotebookEnvironment = NotebookEnvironment()
 
     def item(self, item_id: str) -> RubricItem:
@@ -112,7 +126,17 @@ def load_config(path: Path | None = None) -> Config:
         zero_on_flag=bool(raw.get("integrity", {}).get("zero_on_flag", True)),
         items=items,
         digest=hashlib.sha256(raw_bytes).hexdigest()[:16],
+        evidence=_evidence(raw.get("evidence", {})),
         notebook=_notebook(raw.get("notebook", {})),
+    )
+
+
+def _evidence(raw: dict) -> Evidence:
+    per_item = raw.get("per_item", {})
+    return Evidence(
+        min_random=int(raw.get("min_random", 20)),
+        max_rounds=int(raw.get("max_rounds", 6)),
+        per_item=tuple(sorted((str(k), int(v)) for k, v in per_item.items())),
     )
 
 

@@ -11,12 +11,15 @@ the given behaviour too (grader/checks/given.py); an edit of given code never go
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
+import textwrap
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from grader.results import Text
+from grader.sandbox.wire import code_fingerprint
 
 CONTRACT = ("estimate_kv_cache_bytes", "Request", "KVCacheManager", "paged_attention")
 FINGERPRINT = Path(__file__).with_name("given_code.json")
@@ -189,3 +192,46 @@ def _note(where: str, zh: str, en: str) -> Text:
         f"给定代码被修改：{where} {zh}（仍按提交的代码评分，给定代码的行为另行检查）",
         f"given code changed: {where} {en} (graded as submitted; the given behaviour is checked separately)",
     )
+
+
+# -- what runs: the given methods as bound at grading time ----------------------------------------
+
+
+def wholly_given(reference: dict[str, Any] | None = None) -> dict[str, list[str]]:
+    """Per contract class, its methods that are given whole (no TODO in them)."""
+    given = _load() if reference is None else reference
+    return {name: [m for m, part in spec["methods"].items() if "whole" in part] for name, spec in given.items() if "methods" in spec}
+
+
+@cache
+def template_code() -> dict[str, str]:
+    """The digest of each wholly given method's code as the template has it (see code_fingerprint)."""
+    out: dict[str, str] = {}
+    given = _load()
+    for name, methods in wholly_given(given).items():
+        for method in methods:
+            part = given[name]["methods"][method]
+            body = "\n".join(part["whole"]) or "pass"
+            source = f"def {method}({part['args']}):\n" + textwrap.indent(body, "    ") + "\n"
+            namespace: dict[str, Any] = {}
+            exec(compile(source, "<template>", "exec", dont_inherit=True), namespace)  # the template's own text
+            out[f"{name}.{method}"] = hashlib.sha256(code_fingerprint(namespace[method].__code__).encode()).hexdigest()
+    return out
+
+
+def bound_changes(bound: dict[str, str], noted: list[Text]) -> list[Text]:
+    """Given methods whose code, as bound when graded, is not the template's; not those the
+    source comparison already named."""
+    template = template_code()
+    said = " ".join(note.en for note in noted)
+    notes = []
+    for where, digest in bound.items():
+        if where not in template or digest == template[where] or f" {where} " in said:
+            continue
+        how_zh = {"missing": "不存在", "not a class": "所在的名字不再是类"}.get(digest, "与模板的代码不同")
+        how_en = {"missing": "is missing", "not a class": "belongs to a name that is no longer a class"}.get(digest, "is not the template's code")
+        notes.append(Text(
+            f"给定代码被修改：评分时实际绑定的 {where} {how_zh}（装饰器、子类、setattr 或之后的赋值？仍按提交的代码评分，给定代码的行为另行检查）",
+            f"given code changed: {where}, as bound when graded, {how_en} (a decorator, a subclass, setattr or a later assignment? graded as submitted; the given behaviour is checked separately)",
+        ))
+    return notes

@@ -11,16 +11,17 @@ import dataclasses
 import functools
 import threading
 import time
+import traceback
 from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grader import environment, given_code, integrity
+from grader import environment, given_code, integrity, seeds
 from grader.config import Config, RubricItem
 from grader.draws import pin_local_constants
 from grader.folder import plan as plan_folder
-from grader.results import FAILED, NOT_RUN, PASSED, CellReport, Failure, GradeResult, ItemResult, Text
+from grader.results import FAILED, GRADER_ERROR, NOT_RUN, PASSED, CellReport, Failure, GradeResult, ItemResult, Text
 from grader.sandbox.client import LoadReport, Sandbox
 from grader.sanitize import sanitize_result
 from grader.submission import Submission, SubmissionError, load_submission
@@ -52,7 +53,7 @@ def resolve_device(device: str) -> str:
 def with_seed(config: Config, seed: int | None) -> Config:
     if seed is None:
         return config
-    return dataclasses.replace(config, hypothesis=dataclasses.replace(config.hypothesis, seed=seed))
+    return dataclasses.replace(config, hypothesis=dataclasses.replace(config.hypothesis, seed=seed), seed_source="command line")
 
 
 def grade_path(path: Path, config: Config, device: str = "auto", todos: Collection[str] | None = None,
@@ -83,6 +84,7 @@ def grade_path(path: Path, config: Config, device: str = "auto", todos: Collecti
 
 def grade_submission(submission: Submission, config: Config, device: str, todos: Collection[str] | None = None) -> GradeResult:
     """Grade every rubric item, or only the items of `todos` (e.g. {"todo3"}) when given."""
+    config, random_cases = seeds.seeded(config, submission.sha256)  # cases the student cannot know in advance
     result = GradeResult(
         submission=str(submission.path),
         sha256=submission.sha256,
@@ -91,6 +93,7 @@ def grade_submission(submission: Submission, config: Config, device: str, todos:
         notes=[Text(zh, en) for zh, en in submission.notes],
         flags=integrity.scan(submission),
         device=device,
+        random_cases=seeds.describe_both(random_cases, config),
     )
     deadline = time.monotonic() + config.limits.total_budget_s
     result.notes += environment.folder_notes(submission.folder) + environment.package_notes(config.notebook)
@@ -135,19 +138,23 @@ def grade_submission(submission: Submission, config: Config, device: str, todos:
             )
         grading = Grading()
         wanted = [item for item in config.items if todos is None or item.todo in todos]
-        with _hypothesis_home(sandbox.tmp):
-            # TODOs are independent: two threads grade them side by side, each with its own
-            # sessions, so that the judge's work overlaps the submission's on two cores.
-            by_todo: dict[str, list[RubricItem]] = {}
-            for item in wanted:
-                by_todo.setdefault(item.todo, []).append(item)
-            groups = _balanced(list(by_todo), 2)
-            run = functools.partial(_run_todos, by_todo=by_todo, checks=CHECKS, required_names=REQUIRED_NAMES,
-                                    sandbox=sandbox, report=report, config=config, device=device, deadline=deadline, grading=grading)
-            with _one_compile_at_a_time(), ThreadPoolExecutor(max_workers=len(groups), thread_name_prefix="pa-grade-todos") as pool:
-                outcomes = {o.id: o for group in pool.map(run, groups) for o in group}
-            result.items = [outcomes[item.id] for item in wanted]
-            result.given_code = _given_code(submission, sandbox, report, config, deadline, grading)
+        # TODOs are independent: two threads grade them side by side, each with its own
+        # sessions, so that the judge's work overlaps the submission's on two cores.
+        by_todo: dict[str, list[RubricItem]] = {}
+        for item in wanted:
+            by_todo.setdefault(item.todo, []).append(item)
+        groups = _balanced(list(by_todo), 2)
+        run = functools.partial(_run_todos, by_todo=by_todo, checks=CHECKS, required_names=REQUIRED_NAMES,
+                                sandbox=sandbox, report=report, config=config, device=device, deadline=deadline, grading=grading)
+        # The given code's checks take the place of whichever group finishes first.
+        with _one_compile_at_a_time(), ThreadPoolExecutor(max_workers=max(1, len(groups)), thread_name_prefix="pa-grade-todos") as pool:
+            futures = [pool.submit(run, group) for group in groups]
+            given = pool.submit(_given_code, submission, sandbox, report, config, deadline, grading)
+            outcomes = {o.id: o for future in futures for o in future.result()}
+            notes, broken = given.result()
+        # In the order of their keys: findings of the TODO threads and of the given checks, whichever came first.
+        result.given_code = [Failure("given_changed", note) for note in notes] + [grading.given[key] for key in sorted(grading.given)] + broken
+        result.items = [outcomes[item.id] for item in wanted]
         result.output_excerpt, result.output_bytes = sandbox.output()
     if result.flags and config.zero_on_flag:
         flagged = Failure(
@@ -156,19 +163,6 @@ def grade_submission(submission: Submission, config: Config, device: str, todos:
         )
         result.items = [_item(config.item(i.id), FAILED, flagged) if i.status == PASSED else i for i in result.items]
     return result
-
-
-@contextlib.contextmanager
-def _hypothesis_home(private: Path) -> Iterator[None]:
-    """Hypothesis caches what it learns (constants from local modules) under ./.hypothesis;
-    while grading it uses the sandbox's private directory instead, removed with it."""
-    from hypothesis.configuration import set_hypothesis_home_dir
-
-    set_hypothesis_home_dir(private / "hypothesis")
-    try:
-        yield
-    finally:
-        set_hypothesis_home_dir(None)  # back to the default: HYPOTHESIS_STORAGE_DIRECTORY or ./.hypothesis
 
 
 class _SerialCompile:
@@ -228,23 +222,32 @@ def _run_todos(todos: list[str], *, by_todo: dict[str, list[RubricItem]], checks
                 # Never counted on a machine without a GPU, whatever the submission did.
                 outcomes.append(_item(item, NOT_RUN, _no_gpu()))
                 continue
-            outcomes.append(_run_item(item, checks, required_names, sandbox, report, config, device, deadline, grading))
+            try:
+                outcomes.append(_run_item(item, checks, required_names, sandbox, report, config, device, deadline, grading))
+            except Exception as error:  # a grader bug outside the check itself: still this item alone
+                outcomes.append(_item(item, FAILED, grader_error(error)))
     return outcomes
 
 
-def _given_code(submission: Submission, sandbox: Sandbox, report: LoadReport, config: Config, deadline: float, grading: Grading) -> list[Failure]:
-    """Edits of given code (by the AST) and given behaviour that differs (by running it)."""
+def _given_code(submission: Submission, sandbox: Sandbox, report: LoadReport, config: Config, deadline: float,
+                grading: Grading) -> tuple[list[Text], list[Failure]]:
+    """Edits of given code (by the AST and by the code bound when graded), and its behaviour
+    checked (findings into grading.given); with a grader error of these checks, if any."""
     from grader.checks.base import ItemContext
-    from grader.checks.given import check_given
+    from grader.checks.given import bound_methods, check_given
 
-    edits = [Failure("given_changed", note) for note in given_code.changed([c.python for c in submission.cells])]
+    notes = given_code.changed([c.python for c in submission.cells])
+    broken: list[Failure] = []
     if not report.failed and time.monotonic() < deadline:
         ctx = ItemContext(sandbox, config, "given", deadline, grading)
         try:
+            notes += given_code.bound_changes(bound_methods(ctx, set(report.names)), notes)
             check_given(ctx, set(report.names))
+        except Exception as error:  # a grader bug in a courtesy check: said, and nothing else lost
+            broken.append(grader_error(error))
         finally:
             ctx.close()
-    return edits + list(grading.given.values())
+    return notes, broken
 
 
 def _run_item(
@@ -281,13 +284,38 @@ def _timed(item: RubricItem, check: Check, sandbox: Sandbox, config: Config, sta
     ctx = ItemContext(sandbox, config, item.id, deadline, grading)
     try:
         failure = check(ctx)
+    except Exception as error:  # the check's own bug: this item alone, in the grader's words
+        failure = grader_error(error)
     finally:
-        ctx.close()
+        try:
+            ctx.close()
+        except Exception:
+            pass
     result = _item(item, PASSED if failure is None else FAILED, failure)
     result.examples = ctx.examples
     result.exercised = sum(n for key, n in ctx.counts.items() if key.split(":")[0] == item.id)
+    result.random_cases = ctx.evidence[item.id]
     result.seconds = round(time.monotonic() - started, 3)
     return result
+
+
+def grader_error(error: BaseException) -> Failure:
+    """An item whose own check raised: a grader bug, said in the grader's words only.
+
+    The exception's text may quote what the submission returned, so it is never shown; its type
+    and where in the grader it was raised are enough for a bug report.
+    """
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if "/grader/" in f.filename.replace("\\", "/")]
+    where = f"{Path(frames[-1].filename).name}:{frames[-1].lineno} ({frames[-1].name})" if frames else "?"
+    kind = type(error).__name__
+    return Failure(
+        GRADER_ERROR,
+        Text(
+            f"评分器在检查本项时出错（{kind}，{where}）：这是评分器的问题，不是你的；本项暂不计分，请告诉助教",
+            f"the grader failed while checking this item ({kind} at {where}): a bug in the grader, not in your code; this item is not scored, please tell the TAs",
+        ),
+        actual=f"{kind} at {where}",
+    )
 
 
 def _no_gpu() -> Failure:

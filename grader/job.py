@@ -117,6 +117,9 @@ def _run(job: GradeJob) -> int:
         return EXIT_INTERNAL
     if result.error is not None:
         return EXIT_INTERNAL if result.error.kind == "internal" else EXIT_UNGRADABLE
+    if result.grader_errors():  # a check of ours raised on some item: the rest were graded
+        print("the grader failed on / 评分器出错的评分项: " + ", ".join(result.grader_errors()), file=sys.stderr)
+        return EXIT_INTERNAL
     if job.fail_under is not None and result.score < job.fail_under:
         return EXIT_BELOW
     return EXIT_GRADED
@@ -174,13 +177,16 @@ def plain_payload(result: GradeResult, lang: str) -> dict[str, Any]:
 
 
 def internal_error_result(path: Path, config: Config, error: Exception) -> GradeResult:
+    from grader.grade import grader_error
     from grader.results import FAILED, Failure, GradeResult, ItemResult, Text
 
+    # In the grader's words only: the exception's text may quote the submission (grade.grader_error).
+    where = grader_error(error).actual
     failure = Failure(
         kind="internal",
         message=Text(
-            f"评分器自身出错（不是你的问题），请把这条信息告诉助教：{type(error).__name__}: {error}",
-            f"the grader itself failed (not your fault); please show this to the TAs: {type(error).__name__}: {error}",
+            f"评分器自身出错（不是你的问题），请把这条信息告诉助教：{where}",
+            f"the grader itself failed (not your fault); please show this to the TAs: {where}",
         ),
     )
     items = [ItemResult(i.id, i.todo, Text(i.zh, i.en), i.weight, FAILED, failure) for i in config.items]

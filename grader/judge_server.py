@@ -83,6 +83,7 @@ def _import_judge() -> None:
     so a judge draws the examples a `grade` process draws, whatever either has imported."""
     import grader.checks  # noqa: F401  hypothesis, numpy and every check
     import grader.checks.base  # noqa: F401
+    import grader.checks.given  # noqa: F401
     import grader.config  # noqa: F401
     import grader.grade  # noqa: F401
     import grader.job  # noqa: F401

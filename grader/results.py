@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 PASSED, FAILED, NOT_RUN = "passed", "failed", "not_run"
+GRADER_ERROR = "grader_error"  # a Failure kind: the grader's own check raised (a bug of ours, never the student's)
 
 
 @dataclass
@@ -55,6 +56,7 @@ class ItemResult:
     examples: int = 0  # cases the item tried
     seconds: float = 0.0
     exercised: int = 0  # times the item's property was actually checked (a pass needs enough of them)
+    random_cases: int = 0  # random cases that completed and checked it (a pass needs [evidence] min_random)
 
     @property
     def score(self) -> float:
@@ -96,6 +98,7 @@ class GradeResult:
     device: str = "cpu"
     isolation: dict[str, Any] = field(default_factory=dict)  # what confined the submission while it ran
     given_code: list[Failure] = field(default_factory=list)  # given (non-TODO) code changed or behaving differently
+    random_cases: dict[str, str] = field(default_factory=dict)  # {"kind": "secret" | "public" | "given", "zh": ..., "en": ...}
     skipped: list[SkippedLine] = field(default_factory=list)  # lines not run while grading (shell, installs, debuggers)
 
     @property
@@ -110,6 +113,11 @@ class GradeResult:
         if not possible:
             return 0.0
         return round(100.0 * sum(item.score for item in counted) / possible, 2)
+
+    def grader_errors(self) -> list[str]:
+        """The items (and "given code") whose check failed by a bug of the grader's own."""
+        found = [item.id for item in self.items if item.failure is not None and item.failure.kind == GRADER_ERROR]
+        return found + ["given code" for g in self.given_code if g.kind == GRADER_ERROR][:1]
 
     def todo_scores(self) -> dict[str, tuple[float, float]]:
         """Per TODO: (points earned, points possible) among the items that ran."""
@@ -152,5 +160,6 @@ class GradeResult:
             device=data.get("device", "cpu"),
             isolation=dict(data.get("isolation") or {}),
             given_code=[f for f in (failure(g) for g in data.get("given_code") or []) if f is not None],
+            random_cases={str(k): str(v) for k, v in (data.get("random_cases") or {}).items()},
             skipped=[SkippedLine(**s) for s in data.get("skipped") or [] if isinstance(s, dict)],
         )

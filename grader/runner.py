@@ -78,9 +78,9 @@ class Runner:
             shutil.rmtree(self._server_dir, ignore_errors=True)
             self._server_dir = None
 
-    def _start(self, student: Student, json_out: Path, tmp: str, stderr: int) -> subprocess.Popen | Forked:
+    def _start(self, student: Student, json_out: Path, tmp: str, stderr: int, cold: bool = False) -> subprocess.Popen | Forked:
         job = self.job_for(student.path.resolve(), json_out, student.folder)
-        judges = self.judges
+        judges = None if cold else self.judges
         if judges is not None:
             try:
                 return judges.grade(job, cwd=tmp, stderr=stderr)
@@ -112,7 +112,20 @@ class Runner:
         return env
 
     def grade(self, student: Student, sha256: str) -> Outcome | None:
-        """Grade one student; None when the batch is stopping (nothing is recorded then)."""
+        """Grade one student; None when the batch is stopping (nothing is recorded then).
+
+        A grading where the grader failed on some item (a bug of ours) is done once more, cold
+        (a `grade` process of its own); if it fails again, that result stands, and the TA's row
+        names the items (grader/standing.py)."""
+        outcome = self._grade_once(student, sha256)
+        if outcome is not None and outcome.status == GRADED and outcome.result.grader_errors():
+            again = self._grade_once(student, sha256, cold=True)
+            if again is not None and again.status == GRADED:
+                again.seconds = round(outcome.seconds + again.seconds, 3)
+                return again
+        return outcome
+
+    def _grade_once(self, student: Student, sha256: str, cold: bool = False) -> Outcome | None:
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="grade-batch-") as tmp:
             json_out = Path(tmp) / "results.json"
@@ -120,7 +133,7 @@ class Runner:
                 with self._lock:
                     if self.stopping.is_set():
                         return None
-                    child = self._start(student, json_out, tmp, stderr.fileno())
+                    child = self._start(student, json_out, tmp, stderr.fileno(), cold)
                     self._children.add(child)
                 try:
                     child.wait(timeout=self.timeout_s)

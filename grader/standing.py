@@ -107,6 +107,9 @@ def of(entry: Entry, lang: str, identical_to: tuple[str, ...] = ()) -> Standing:
     todos = {todo: per_todo.get(todo, (0.0, 0.0))[0] for todo in TODOS}
     todo_possible = {todo: per_todo.get(todo, (0.0, 0.0))[1] for todo in TODOS}
     reason = result.flags[0].get(lang) if result.flags else ""  # an integrity flag explains a zero
+    errors = result.grader_errors()
+    if errors:  # graded, but some item not by our fault scored 0: the TA must look (retried cold already)
+        reason = ("评分程序出错：" if lang == "zh" else "grader error: ") + ", ".join(errors) + (f"; {reason}" if reason else "")
     return Standing(
         entry.student, Status.GRADED, result.score, sum(todos.values()), sum(todo_possible.values()), todos, todo_possible,
         reason=_one_line(reason), source=entry.source, submitted_at=entry.submitted_at, recorded_at=entry.graded_at,

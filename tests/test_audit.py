@@ -170,7 +170,10 @@ def test_every_mutant_changes_only_answer_lines_of_its_todo(real_mutants: list[M
     reference = regions.reference_module(SOURCE_TEXT)
     assert reference == (ROOT / "reference" / "paged_attention.py").read_text(encoding="utf-8")
     lines = SOURCE_TEXT.splitlines()
-    answer = {r.todo: {line.strip() for line in lines[r.first - 1 : r.last]} for r in regions.find_regions(SOURCE_TEXT)}
+    answers = regions.find_regions(SOURCE_TEXT)
+    answer: dict[str, set[str]] = {}
+    for r in [*answers, *regions.given_regions(SOURCE_TEXT, answers)]:
+        answer.setdefault(r.todo, set()).update(line.strip() for line in lines[r.first - 1 : r.last])
     for m in real_mutants:
         assert m.module != reference and not m.invalid, m.id
         assert m.removed and set(r.strip() for r in m.removed) <= answer[m.todo], m.id
@@ -182,18 +185,30 @@ def test_the_exercise_gets_every_kind_of_mutation_in_every_todo(real_mutants: li
     by_todo: dict[str, set[str]] = {}
     for m in real_mutants:
         by_todo.setdefault(m.todo, set()).add(m.operator)
-    assert set(by_todo) == set(TODOS)
+    assert set(by_todo) == {*TODOS, "given"}
     assert all("drop-stmt" in ops for ops in by_todo.values())
     everywhere = set().union(*by_todo.values())
     for operator in ("cmp", "arith", "const", "slice", "swap-args", "swap-index", "drop-term", "dim", "drop-arg", "drop-method", "name"):
         assert operator in everywhere, operator
+    # The frame conditions' families, where the answer makes each mistake possible.
+    assert {"pool-write", "container"} <= by_todo["todo2"] & by_todo["todo3"]
+    assert {"pool-write", "alias"} <= by_todo["todo4"] and "alias" in by_todo["todo5"]
+    assert not by_todo["given"] & {"pool-write", "alias", "container"}
+
+
+def test_given_mutants_are_graded_with_the_items_that_call_them(real_mutants: list[Mutant]) -> None:
+    given = [m for m in real_mutants if m.todo == "given"]
+    assert given and {m.graded_by for m in given} == {"todo1", "todo2", "todo4", "todo5"}  # decode has no given lines
+    assert all(not m.graded_by for m in real_mutants if m.todo != "given")
+    release = next(m for m in given if "self.free_blocks.sort()" in m.removed[0])
+    assert release.graded_by == "todo2"
 
 
 def test_samples_are_fixed_and_cover_every_todo(real_mutants: list[Mutant]) -> None:
     first = mutants.sample(real_mutants, 30, seed=0)
     assert first == mutants.sample(real_mutants, 30, seed=0)
     assert first != mutants.sample(real_mutants, 30, seed=1)
-    assert len(first) == 30 and {m.todo for m in first} == set(TODOS)
+    assert len(first) == 30 and {m.todo for m in first} == {*TODOS, "given"}
     assert [m.id for m in first] == [m.id for m in real_mutants if m in first]  # source order
     assert mutants.sample(real_mutants, 10_000, seed=0) == real_mutants
     assert {m.todo for m in mutants.select(real_mutants, "todo4")} == {"todo4"}

@@ -146,7 +146,8 @@ EXPECT: dict[str, Expect] = {
     "resource_giant_tensor.py": Expect(failed=fail(TODO["todo4"] + TODO["todo5"], "wrong", "not_exercised"), words={"todo5.mha_fp32": "too large"}),
     "forge_fake_output.py": Expect(),
     "forge_fake_output_buggy.py": Expect(failed=fail(["todo1.per_token", "todo1.per_block_and_total"], "wrong")),
-    "forge_monkeypatch.py": Expect(failed=fail(["todo5.mha_fp32"], "wrong")),  # a base mistake costs the base item only
+    # A base mistake is wrong on every case: every attention item needs right values on its own (issue 15).
+    "forge_monkeypatch.py": Expect(failed=fail(TODO["todo5"], "wrong", "not_exercised")),
     "forge_lying_digests.py": Expect(failed=fail(["todo5.inputs_unchanged"], "wrong"), words={"todo5.inputs_unchanged": "key_cache"}),
     "forge_lying_objects.py": Expect(failed=fail(["todo1.per_token", "todo1.per_block_and_total", "todo4.table_order"], "wrong")),
     # Where Landlock narrows the host's /proc (no namespaces), a session child cannot list its

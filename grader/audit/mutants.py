@@ -14,6 +14,7 @@ equivalent mutants refers to mutants by it.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import difflib
 import hashlib
 import random
@@ -21,9 +22,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from grader.audit.operators import Context, Replacement, mutations
-from grader.audit.regions import Region, find_regions, reference_module
+from grader.audit.regions import GIVEN, Region, find_regions, given_regions, reference_module
 
 DIFF_CONTEXT = 2  # lines of context around a survivor's change
+# Families planted in answers only: the frame conditions they break are the TODO calls' (README).
+ANSWER_ONLY = ("pool-write", "alias", "container")
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,7 @@ class Mutant:
     diff: str  # unified diff against the reference module
     module: str  # the whole mutant module
     invalid: str = ""  # why it cannot be graded (it does not compile); empty when it can
+    graded_by: str = ""  # a given mutant: the TODO whose items it is graded with
 
     @property
     def summary(self) -> str:
@@ -54,11 +58,14 @@ def generate(source_text: str) -> list[Mutant]:
     ctx = Context(tree)
     lines = source_text.splitlines(keepends=True)
     regions = find_regions(source_text)
+    regions += given_regions(source_text, regions)  # given code: its mutants are killed by a finding, not by points
     seen: set[str] = {reference}
     occurrences: dict[str, int] = {}
     out: list[Mutant] = []
     for node, region in _nodes_in(tree, regions):
         for operator, replacement in mutations(node, ctx):
+            if region.todo == GIVEN and operator in ANSWER_ONLY:
+                continue
             text = splice(source_text, lines, tree, ctx, node, replacement)
             if text is None:
                 continue
@@ -66,7 +73,8 @@ def generate(source_text: str) -> list[Mutant]:
             if module in seen:  # the same program as the answer or as an earlier mutant
                 continue
             seen.add(module)
-            out.append(_mutant(reference, module, operator, region.todo, node.lineno, occurrences))
+            mutant = _mutant(reference, module, operator, region.todo, node.lineno, occurrences)
+            out.append(dataclasses.replace(mutant, graded_by=region.graded_by) if region.graded_by else mutant)
     return out
 
 
@@ -126,6 +134,8 @@ def splice(
         return None
     if replacement is None:
         candidates = [_drop_lines(lines, ctx, node)]
+    elif isinstance(replacement, list):  # statements on the statement's own line: `a; b`
+        candidates = [_replace_span(lines, node, "; ".join(ast.unparse(s) for s in replacement))]
     else:
         new = ast.unparse(replacement)
         candidates = [_replace_span(lines, node, new), _replace_span(lines, node, f"({new})")]
@@ -147,8 +157,8 @@ def _expected_dump(tree: ast.Module, ctx: Context, node: ast.AST, replacement: R
         return None
     for name, value in ast.iter_fields(parent):
         if value is node:
-            if replacement is None:
-                return None  # only statements in a body can be dropped
+            if replacement is None or isinstance(replacement, list):
+                return None  # only statements in a body can be dropped or added to
             setattr(parent, name, replacement)
             try:
                 return ast.dump(tree)
@@ -159,6 +169,8 @@ def _expected_dump(tree: ast.Module, ctx: Context, node: ast.AST, replacement: R
             if replacement is None:
                 # A body left empty is not Python: the dropped statement becomes `pass`.
                 value[index : index + 1] = [] if len(value) > 1 else [ast.Pass()]
+            elif isinstance(replacement, list):
+                value[index : index + 1] = replacement
             else:
                 value[index] = replacement
             try:

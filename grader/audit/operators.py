@@ -165,7 +165,7 @@ def _is_statement_call(node: ast.AST, ctx: Context) -> bool:
 
 # -- the operators -----------------------------------------------------------------------
 
-Replacement = ast.AST | None
+Replacement = ast.AST | list[ast.stmt] | None  # a list: statements on the one's line (`a; b`)
 Operator = Callable[[ast.AST, Context], Iterator[Replacement]]
 
 
@@ -380,6 +380,77 @@ def drop_statement(node: ast.AST, ctx: Context) -> Iterator[Replacement]:
         yield None
 
 
+def _expr(code: str) -> ast.expr:
+    return ast.parse(code, mode="eval").body
+
+
+def _self_and_req(function: ast.AST | None) -> bool:
+    if not isinstance(function, ast.FunctionDef):
+        return False
+    names = [a.arg for a in function.args.args]
+    return names[:2] == ["self", "req"]
+
+
+def _returns_tensor(function: ast.AST | None) -> bool:
+    return isinstance(function, ast.FunctionDef) and isinstance(function.returns, ast.Attribute) and function.returns.attr == "Tensor"
+
+
+SIMPLE = (ast.Expr, ast.Assign, ast.AugAssign, ast.Delete)
+
+
+def pool_write(node: ast.AST, ctx: Context) -> Iterator[Replacement]:
+    """A write into the pool from an allocator operation or a read: after a statement of a
+    KVCacheManager method, the unused tail of the request's last block cleared (the K/V of
+    tokens to come, which no read should see and no allocation or read should touch)."""
+    if not isinstance(node, SIMPLE) or not _self_and_req(ctx.function_of(node)):
+        return
+    write = ast.parse("self.physical_kv_cache[req.block_table[-1], (req.seq_len - 1) % self.block_size + 1:] = 0").body[0]
+    yield [copy.deepcopy(node), write]
+
+
+def return_alias(node: ast.AST, ctx: Context) -> Iterator[Replacement]:
+    """A returned tensor that is an internal buffer: the same storage every call (kept on the
+    object or the function), so a later call changes what an earlier one returned; and a
+    one-block fast path that returns a view of the pool instead of a copy."""
+    if not isinstance(node, ast.Return) or node.value is None:
+        return
+    function = ctx.function_of(node)
+    if not _returns_tensor(function):
+        return
+    assert isinstance(function, ast.FunctionDef)
+    owner = "self" if _self_and_req(function) else function.name
+    value = ast.unparse(node.value)
+    yield ast.Return(_expr(f"(lambda v: {owner}.__dict__.setdefault('_result', v.clone()).resize_(v.shape).copy_(v))({value})"))
+    inner = node.value
+    if (
+        isinstance(inner, ast.Subscript)
+        and isinstance(inner.value, ast.Call)
+        and _method(inner.value) == "cat"
+        and inner.value.args
+        and isinstance(inner.value.args[0], ast.Name)
+    ):
+        parts = inner.value.args[0].id
+        view = ast.Subscript(ast.Subscript(ast.Name(parts, ast.Load()), ast.Constant(0), ast.Load()), copy.deepcopy(inner.slice), ast.Load())
+        test = _expr(f"len({parts}) == 1")
+        yield ast.Return(ast.IfExp(test, view, copy.deepcopy(inner)))
+
+
+def container_type(node: ast.AST, ctx: Context) -> Iterator[Replacement]:
+    """A list of the contract (a block table, the free list) left as a tuple: `t.append(x)` ->
+    `t = (*t, x)`, `t.extend(xs)` -> `t = (*t, *xs)`."""
+    if not isinstance(node, ast.Expr) or _method(node.value) not in ("append", "extend"):
+        return
+    call = node.value
+    assert isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
+    target = call.func.value
+    if not isinstance(target, ast.Attribute) or len(call.args) != 1:
+        return
+    added = ast.Starred(copy.deepcopy(call.args[0]), ast.Load()) if call.func.attr == "extend" else copy.deepcopy(call.args[0])
+    store = copy.deepcopy(target)
+    store.ctx = ast.Store()
+    yield ast.Assign([store], ast.Tuple([ast.Starred(copy.deepcopy(target), ast.Load()), added], ast.Load()), lineno=node.lineno)
+
+
 # Order matters: it is the order of the mutants, and the first of two mutants that give the
 # same module is the one kept.
 OPERATORS: tuple[tuple[str, Operator], ...] = (
@@ -401,6 +472,9 @@ OPERATORS: tuple[tuple[str, Operator], ...] = (
     ("name", confused_name),
     ("order", iteration_order),
     ("drop-stmt", drop_statement),
+    ("pool-write", pool_write),
+    ("alias", return_alias),
+    ("container", container_type),
 )
 
 

@@ -7,6 +7,7 @@ pairing, not the line numbers, decides the TODO, so regions can move and grow fr
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,9 +25,10 @@ class NoRepository(Exception):
 
 @dataclass(frozen=True)
 class Region:
-    todo: str  # "todo1" ... as in grader/config.py's TODOS
+    todo: str  # "todo1" ... as in grader/config.py's TODOS, or "given"
     first: int  # first line of the answer (1-based), just after the opening marker
     last: int  # last line of the answer (1-based), just before the closing marker
+    graded_by: str = ""  # given code: the TODO whose items call it (they are graded with its mutants)
 
     def holds(self, first: int, last: int) -> bool:
         return self.first <= first and last <= self.last
@@ -58,6 +60,32 @@ def find_regions(text: str) -> list[Region]:
             pending, template = [], None
     if opened is not None or pending:
         raise ValueError("a solution region is unclosed or has no template naming its TODO")
+    return regions
+
+
+GIVEN = "given"  # the TODO name of given code's mutants
+CONTRACT = ("estimate_kv_cache_bytes", "Request", "KVCacheManager", "paged_attention")
+# The TODO whose items call each piece of given code (a given mutant is graded with them too).
+CALLED_BY = {"estimate_kv_cache_bytes": "todo1", "Request": "todo2", "KVCacheManager": "todo2", "allocate_for_decode": "todo3",
+             "get_physical_cache": "todo4", "paged_attention": "todo5"}
+
+
+def given_regions(text: str, answers: list[Region]) -> list[Region]:
+    """The given code: each statement of a contract function or method that is not part of a
+    solution region (validation, allocation_report, release_request, the bounds checks...).
+    Docstrings are left out (no behaviour)."""
+    regions: list[Region] = []
+    for top in ast.parse(text).body:
+        if not (isinstance(top, (ast.FunctionDef, ast.ClassDef)) and top.name in CONTRACT):
+            continue
+        functions = [top] if isinstance(top, ast.FunctionDef) else [n for n in top.body if isinstance(n, ast.FunctionDef)]
+        for function in functions:
+            for index, statement in enumerate(function.body):
+                if index == 0 and isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
+                    continue  # the docstring
+                first, last = statement.lineno, statement.end_lineno or statement.lineno
+                if not any(a.first <= last and first <= a.last for a in answers):
+                    regions.append(Region(GIVEN, first, last, CALLED_BY.get(function.name, CALLED_BY[top.name])))
     return regions
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import grader
 from grader.audit.mutants import Mutant
+from grader.audit.regions import GIVEN
 from grader.results import FAILED, GradeResult
 from grader.runner import signal_group, stop_grader
 
@@ -55,6 +56,14 @@ def classify(mutant: Mutant, result: GradeResult) -> Outcome:
     if broken:  # the mutant module does not even import: no verdict on the strategies
         cell = broken[0]
         return Outcome(mutant, INVALID, reason=f"does not import: {cell.error_type}: {cell.message}".strip())
+    if result.grader_errors():
+        return Outcome(mutant, ERROR, reason=f"grader error: {', '.join(result.grader_errors())}")
+    if mutant.todo == GIVEN:
+        # Given code earns no points: a mutant of it is killed by a finding on its behaviour, or by
+        # the items that call it (the source comparison names every edit anyway: it does not count).
+        found = [g for g in result.given_code if g.kind == "given"]
+        if found:
+            return Outcome(mutant, KILLED, result.score, [], found[0].message.en[:300])
     failed = [item for item in result.items if item.status == FAILED]
     if result.score < 100:
         first = failed[0].failure.message.en if failed and failed[0].failure else ""
@@ -74,7 +83,7 @@ class Runner:
     def command(self, path: Path, out: Path, mutant: Mutant) -> list[str]:
         cmd = [self.options.python, "-m", "grader.audit.child", str(path), str(out), "--device", self.options.device]
         if not self.options.all_items:
-            cmd += ["--todo", mutant.todo]
+            cmd += ["--todo", mutant.graded_by or mutant.todo]  # given code: with the items that call it
         if self.options.config is not None:
             cmd += ["--config", str(self.options.config.resolve())]
         return cmd

@@ -23,7 +23,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 
 from grader.checks.base import Inconclusive, ItemContext, Need, hypothesis_settings
 from grader.checks.pool import Pool, Req
-from grader.checks.running import grade_item
+from grader.checks.running import Explore, grade_item
 from grader.results import Failure
 
 # Corner cases, as small programs (the form Pool.program records, so any example can be run
@@ -61,6 +61,8 @@ PREFILL_CORNERS: tuple[Program, ...] = (
      ("new", 4, 2), ("prefill", 2), ("permute", (2, 1, 0)), ("new", 7, 3), ("prefill", 3)),
     # a block size in the thousands: one token over a block still needs one more
     (("pool", 3, 1000, 1), ("new", 1001, 0), ("prefill", 0), ("new", 1000, 1), ("prefill", 1)),
+    # the largest block size drawn: k * 4096 + 1 tokens need k + 1 blocks (a float ceiling is off there)
+    (("pool", 5, 4096, 1), ("new", 4097, 0), ("prefill", 0), ("new", 2 * 4096 + 1, 1), ("prefill", 1), ("new", 4095, 2), ("prefill", 2)),
     # block sizes 5 and 7 over bigger pools
     (("pool", 9, 5, 1), ("new", 11, 5), ("prefill", 0), ("new", 25, 9), ("prefill", 1), ("new", 10, 3), ("prefill", 2), ("new", 5, 4), ("prefill", 3)),
     (("pool", 3, 7, 1), ("new", 14, 0), ("prefill", 0), ("new", 8, 1), ("prefill", 1), ("new", 7, 1), ("prefill", 2)),
@@ -75,6 +77,8 @@ DECODE_CORNERS: tuple[Program, ...] = (
     (("pool", 3, 3, 1), *_placed((2, 0, (2,)), (3, 1, (0,))), ("decode", 0), ("decode", 0), ("decode", 1), ("release", 0), ("decode", 1)),
     # a block size in the thousands: the decode past the block's last slot takes one more
     (("pool", 2, 1000, 1), *_placed((999, 0, (1,))), ("decode", 0), ("decode", 0), ("decode", 0)),
+    # the largest block size drawn, from an exact multiple
+    (("pool", 3, 4096, 1), *_placed((2 * 4096 - 1, 0, (2, 0))), ("decode", 0), ("decode", 0), ("decode", 0)),
     # a full pool: decodes that need no block succeed, the one that needs a block is an OOM
     (("pool", 1, 4, 1), *_placed((2, 0, (0,))), ("decode", 0), ("decode", 0), ("decode", 0)),
     # a request id used again after release
@@ -120,9 +124,16 @@ def _ints(low: int, high: int) -> st.SearchStrategy[int]:
     return st.integers(low, high)
 
 
-# Small sizes most often; large ones too, where a fraction like 1/1000 of a block decides
-# whether one more block is needed (int(x + 0.99) is not a ceiling there).
-BLOCK_SIZES = st.one_of(st.sampled_from([1, 2, 3, 4, 5, 7, 8, 16]), st.integers(1, 40), st.sampled_from([256, 1000]), st.integers(41, 4096))
+# Small sizes most often; large ones too, up to the largest drawn, where a fraction like
+# 1/4096 of a block decides whether one more block is needed (int(x + 0.999) is not a
+# ceiling there).  Every range's ends are drawn on purpose, not left to chance.
+LARGEST_BLOCK = 4096
+BLOCK_SIZES = st.one_of(
+    st.sampled_from([1, 2, 3, 4, 5, 7, 8, 16]),
+    st.integers(1, 40),
+    st.sampled_from([41, 256, 1000, 2048, 2049, 3000, LARGEST_BLOCK - 1, LARGEST_BLOCK]),
+    st.integers(41, LARGEST_BLOCK),
+)
 
 
 def draw_length(data: st.DataObject, block_size: int, blocks: int) -> int:
@@ -185,6 +196,16 @@ def make_machine(ctx: ItemContext, todo: str) -> type[RuleBasedStateMachine]:
             self._do(lambda: self.pool.release(req))
 
         if todo == "TODO 2":
+
+            @initialize(data=st.data())
+            def first_prefill(self, data: st.DataObject) -> None:
+                """Every example starts with a prefill that fits (each one then checks the prefill items)."""
+                pool = self.pool
+                if pool is None:
+                    return
+                length = draw_length(data, pool.block_size, data.draw(_ints(1, len(pool.free)), label="blocks wanted"))
+                req = pool.new_request(length, _request_id(data, pool))
+                self._do(lambda: pool.prefill(req))
 
             @precondition(lambda self: self.pool is not None)
             @rule(data=st.data())
@@ -273,11 +294,16 @@ NEEDS = {
 def check_machine(ctx: ItemContext) -> Failure | None:
     todo = "TODO 2" if ctx.item_id.startswith("todo2") else "TODO 3"
 
-    def plan(run: ItemContext) -> tuple[list[Callable[[], None]], Callable[[], None]]:
-        machine = seed(run.config.hypothesis.seed)(make_machine(run, todo))
-        settings = hypothesis_settings(run.config, run.config.hypothesis.stateful_examples, stateful=True)
+    def plan(run: ItemContext) -> tuple[list[Callable[[], None]], Explore]:
         programs = PREFILL_CORNERS if todo == "TODO 2" else DECODE_CORNERS
         corners = [lambda program=program: run_program(run, program, todo) for program in programs]
-        return corners, lambda: run_state_machine_as_test(machine, settings=settings)
 
-    return grade_item(ctx, ctx.item_id.split(".")[0], 3, plan, NEEDS[ctx.item_id])
+        def explore(round_: int, examples: int) -> None:
+            machine = seed(run.seed(round_))(make_machine(run, todo))
+            settings = hypothesis_settings(run.config, examples or run.config.hypothesis.stateful_examples, stateful=True)
+            run_state_machine_as_test(machine, settings=settings)
+
+        return corners, explore
+
+    todo_id = ctx.item_id.split(".")[0]
+    return grade_item(ctx, todo_id, [item for item in NEEDS if item.startswith(todo_id)], plan, NEEDS[ctx.item_id])

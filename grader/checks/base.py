@@ -15,6 +15,8 @@ from typing import Any
 
 from hypothesis import HealthCheck, Phase, settings
 
+from grader.checks.frame import Kept, SharedPool
+from grader.checks.replies import checked
 from grader.checks.script import Script
 from grader.config import Config
 from grader.results import Failure, Text
@@ -76,6 +78,10 @@ class Survey:
     recorded: dict[str, CheckFailure]
     stopped: Failure | None
     examples: int
+    evidence: Counter[str] = field(default_factory=Counter)  # per item: random examples completed and checked
+    random_tried: int = 0  # random examples begun
+    out_of_time: bool = False  # the budget ended the random exploration
+    seconds: float = 0.0
 
 
 @dataclass
@@ -122,6 +128,38 @@ class ItemContext:
         self.history: list[Replay] = []  # earlier examples in the current session
         self.session_scripts: list[Script] = []  # and what they wrote
         self.session_log: list[Any] = []  # what a check wants to remember of the session's calls
+        self.kept = Kept()  # what the current example's calls returned (frame: earlier results)
+        self._pools: list[SharedPool] = []  # pool files shared with the current session
+        # Evidence: random (hypothesis-drawn) examples completed, and per item those that checked it.
+        self.random = False  # the examples begun now are random ones (set while exploring)
+        self.evidence: Counter[str] = Counter()
+        self.random_tried = 0
+        self.out_of_time = False  # the budget ended the exploration
+        self._open: Counter[str] | None = None  # the counts when the current random example began
+
+    def restart_clock(self, budget_s: float | None = None) -> None:
+        """A new budget from now (never past the submission's deadline): an item's focused run
+        after the survey it shared.  A live session counts toward the budget it began with: ended."""
+        if self._session is not None:
+            self.close()
+        self.budget = Budget(budget_s or self.config.limits.item_budget_s, wall_backstop=self.config.limits.wall_backstop,
+                             wall_deadline=self.submission_deadline)
+
+    def seed(self, round_: int = 0) -> int:
+        """Hypothesis's seed for an exploration round (round 0: the grading's own seed)."""
+        return self.config.hypothesis.seed + round_ * 1_000_003
+
+    # -- evidence ------------------------------------------------------------------------
+    def close_example(self) -> None:
+        """The current random example ran to its end: each item whose property it checked gains one."""
+        if self._open is not None:
+            checked = {item_of(key) for key, n in self.counts.items() if n > self._open.get(key, 0)}
+            self.evidence.update(checked)
+            self._open = None
+
+    def abandon_example(self) -> None:
+        """The current random example was cut (by the clock): it checked nothing."""
+        self._open = None
 
     # -- time ----------------------------------------------------------------------------
     def elapsed(self) -> float:
@@ -148,15 +186,21 @@ class ItemContext:
         if self._replay is not None:
             self.history.append(self._replay)
             self.session_scripts.append(self.script)
+        self.close_example()  # a new example begins only once the last one has ended
+        if self.random:
+            self._open = Counter(self.counts)
+            self.random_tried += 1
         self._replay = replay
         self.examples += 1
         self.script = Script()
+        self.kept = Kept()
         self.call("reseed")  # every example starts from the same random state, wherever it runs
         return self.script
 
     def session(self) -> Session:
         if self._session is None or not self._session.alive:
             self.history, self.session_scripts, self.session_log, self._replay = [], [], [], None
+            self._close_pools()
             self._session = self.sandbox.session(self.budget)
         return self._session
 
@@ -164,24 +208,44 @@ class ItemContext:
         if self._session is not None:
             self._session.end()
             self._session = None
+        self._close_pools()
         self.history, self.session_scripts, self.session_log, self._replay = [], [], [], None
+
+    def share_pool(self, data: bytes) -> SharedPool | None:
+        """A pool file mapped shared by the current session (None where the sandbox has no shared directory)."""
+        session = self.session()
+        if session.shared_dir is None:
+            return None
+        pool = SharedPool(session, data)
+        self._pools.append(pool)
+        return pool
+
+    def _close_pools(self) -> None:
+        for pool in self._pools:
+            pool.close()
+        self._pools = []
 
     @contextmanager
     def side_session(self) -> Iterator[None]:
         """A fresh process for a side question (would this case pass without a feature?)."""
-        saved = (self._session, self.history, self.session_scripts, self.session_log, self._replay, self.script)
-        self._session = None
+        saved = (self._session, self.history, self.session_scripts, self.session_log, self._replay, self.script, self.kept, self._pools)
+        self._session, self.kept, self._pools = None, Kept(), []
         try:
             yield
         finally:
             if self._session is not None:
                 self._session.end()
-            self._session, self.history, self.session_scripts, self.session_log, self._replay, self.script = saved
+            self._close_pools()
+            (self._session, self.history, self.session_scripts, self.session_log, self._replay, self.script, self.kept,
+             self._pools) = saved
 
     def call(self, op: str, **fields: Any) -> Reply:
-        """One operation.  A dead or hung worker stops the item with the steps so far."""
+        """One operation, its reply checked against the operation's schema (grader/checks/replies.py).
+
+        A dead or hung worker stops the item with the steps so far.
+        """
         try:
-            return self.session().call(op, **fields)
+            return checked(op, self.session().call(op, **fields))
         except WorkerLost as lost:
             raise Abort(lost_failure(lost, self.script, self.config)) from None
 
@@ -246,6 +310,11 @@ class ItemContext:
         """Given (non-TODO) code behaves differently from the template's: no points, a note."""
         if key not in self.grading.given:
             self.grading.given[key] = self.failure("given", f"给定代码：{zh}", f"given code: {en}", **details)
+
+
+def item_of(key: str) -> str:
+    """The rubric item a count key belongs to ("todo2.block_count:multi" -> "todo2.block_count")."""
+    return key.split(":")[0]
 
 
 def lost_failure(lost: WorkerLost, script: Script, config: Config) -> Failure:

@@ -111,13 +111,14 @@ def tolerance(dtype: str, scale: float | None, values: dict[str, np.ndarray], re
     """What plain, correct computations in the case's dtype miss by, times a margin, with a floor.
 
     Baselines: float32 arithmetic rounded to the dtype (what kernels do), and arithmetic done
-    in the dtype itself, batched and token by token (what a student who never upcasts does);
-    all are correct.
+    in the dtype itself, one rounding per operation (what a student who never upcasts does).
+    Sums carried token by token or block by block in the dtype itself are not among them: over
+    a few hundred tokens a bfloat16 sum stops growing (its step is larger than what is added),
+    which is a mistake, not a rounding.
     """
     baselines = [round_to(dense_attention(values, scale, "float32"), dtype)]
     if dtype != "float32":
         baselines.append(dense_attention(values, scale, dtype))
-        baselines.append(dense_attention(values, scale, dtype, sequential=True))
     error = max(float(np.abs(b - reference).max()) for b in baselines)
     return max(TOLERANCE_FLOOR[dtype], TOLERANCE_MARGIN * error, logit_rounding_bound(values, scale))
 

@@ -16,7 +16,9 @@ from hypothesis import given, seed
 from hypothesis import strategies as st
 
 from grader.checks.base import ItemContext, Need, hypothesis_settings, student_error
-from grader.checks.running import grade_item
+from grader.checks.frame import plain_digest
+from grader.checks.running import Explore, grade_item
+from grader.checks.script import Script
 from grader.checks.values import as_dict, show
 from grader.results import Failure
 
@@ -53,6 +55,14 @@ CORNERS: tuple[tuple[dict[str, int], str], ...] = (
 )
 
 
+# Each corner alone, then two and three calls in one process (a result must not change after).
+CORNER_CALLS: tuple[tuple[tuple[dict[str, int], str], ...], ...] = (
+    *((corner,) for corner in CORNERS),
+    (CORNERS[1], CORNERS[3]),
+    (CORNERS[2], CORNERS[5], CORNERS[0]),
+)
+
+
 def expected(d: dict[str, int], style: str) -> dict[str, int]:
     dtype_bytes = 2 if style == "default_dtype" else d["dtype_bytes"]
     per_token = 2 * d["num_layers"] * d["num_kv_heads"] * d["head_dim"] * dtype_bytes
@@ -76,14 +86,29 @@ def call_text(d: dict[str, int], style: str) -> str:
 FIELDS_OF = {"todo1.per_token": ("kv_bytes_per_token",), "todo1.per_block_and_total": ("kv_bytes_per_block", "total_cache_bytes")}
 
 
-def check_case(ctx: ItemContext, d: dict[str, int], style: str) -> None:
-    """One call; each field is checked for the item it belongs to (every item in a survey)."""
-    script = ctx.begin(lambda c: check_case(c, d, style))
+def check_calls(ctx: ItemContext, calls: tuple[tuple[dict[str, int], str], ...]) -> None:
+    """One to three calls in one process; each field is checked for the item it belongs to (every
+    item in a survey), and what a call returned must not change when the function is called again."""
+    script = ctx.begin(lambda c: check_calls(c, calls))
+    several = len(calls) > 1
+    if several:
+        script.add("import copy")
+    for number, (d, style) in enumerate(calls, start=1):
+        if _check_call(ctx, script, d, style, number if several else 0):
+            _earlier_changed(ctx, script, number)
+            return
+
+
+def _check_call(ctx: ItemContext, script: Script, d: dict[str, int], style: str, number: int) -> list[str]:
+    """One call, its fields checked; the earlier results of the example it changed (frame)."""
     comment = ("dtype_bytes left to its default, 2", "dtype_bytes 使用默认值 2") if style == "default_dtype" else ("", "")
     script.add(call_text(d, style), *comment)
-    reply = ctx.call("ledger", **call_fields(d, style))
+    key, asked = ctx.kept.key(), ctx.kept.spec()
+    reply = ctx.call("ledger", keep=key, **({"snapshot": {"kept": asked}} if asked else {}), **call_fields(d, style))
+    changed = ctx.kept.changed_in(reply.state, asked)
     if not reply.ok:
         raise student_error(ctx, reply, "estimate_kv_cache_bytes", LABEL)
+    ctx.kept.add(key, plain_digest(reply.value), f"call {number}")
     got = as_dict(reply.value)
     if got is None:
         script.expect("isinstance(ledger, dict)", "expected a dict, got {type(ledger).__name__}", "应返回 dict，实际 {type(ledger).__name__}")
@@ -102,6 +127,23 @@ def check_case(ctx: ItemContext, d: dict[str, int], style: str) -> None:
         condition, messages, zh, en, expected_text, actual = problem
         script.expect(condition, *messages)
         raise ctx.fail("wrong", zh, en, expected=expected_text, actual=actual)
+    if number:
+        script.add(f"ledger{number}, saved{number} = ledger, copy.deepcopy(ledger)", "what this call returned, and a copy", "这次调用的返回值及其副本")
+    return changed
+
+
+def _earlier_changed(ctx: ItemContext, script: Script, number: int) -> None:
+    """A later call changed the dict an earlier one returned (one dict used again): the result
+    belongs to the caller, so every field of it is wrong from then on."""
+    zh = "再次调用 estimate_kv_cache_bytes 改变了之前返回的 dict（每次都返回同一个对象？返回值属于调用者）"
+    en = "calling estimate_kv_cache_bytes again changed the dict an earlier call returned (the same object returned each time? a result belongs to its caller)"
+    for item in FIELDS_OF:
+        if not ctx.focused(item):
+            ctx.record(item, zh, en)
+    if ctx.focus in FIELDS_OF:
+        checks = " and ".join(f"ledger{k} == saved{k}" for k in range(1, number))
+        script.expect(checks, "an earlier result changed: now {ledger1}, returned as {saved1}", "之前的返回值被改变：现在 {ledger1}，返回时 {saved1}")
+        raise ctx.fail("wrong", zh, en, expected="earlier results unchanged", actual="changed by a later call")
 
 
 def _problem(got: dict[str, Any], want: dict[str, int], fields: tuple[str, ...]) -> tuple[str, tuple[str, str], str, str, str, str] | None:
@@ -128,19 +170,22 @@ def _problem(got: dict[str, Any], want: dict[str, int], fields: tuple[str, ...])
     return None
 
 
-def plan(run: ItemContext) -> tuple[list[Callable[[], None]], Callable[[], None]]:
-    @seed(run.config.hypothesis.seed)
-    @hypothesis_settings(run.config, run.config.hypothesis.max_examples)
-    @given(dims, styles)
-    def explore(d: dict[str, int], style: str) -> None:
-        check_case(run, d, style)
+def plan(run: ItemContext) -> tuple[list[Callable[[], None]], Explore]:
+    def explore(round_: int, examples: int) -> None:
+        @seed(run.seed(round_))
+        @hypothesis_settings(run.config, examples or run.config.hypothesis.max_examples)
+        @given(st.lists(st.tuples(dims, styles), min_size=1, max_size=3))
+        def test(calls: list[tuple[dict[str, int], str]]) -> None:
+            check_calls(run, tuple(calls))
 
-    return [lambda d=d, style=style: check_case(run, d, style) for d, style in CORNERS], explore
+        test()
+
+    return [lambda calls=calls: check_calls(run, calls) for calls in CORNER_CALLS], explore
 
 
 def check_ledger(ctx: ItemContext) -> Failure | None:
     need = Need(ctx.item_id, MIN_CHECKED, "账本的值被检查的次数不够", "too few ledger values could be checked")
-    return grade_item(ctx, "todo1", len(FIELDS_OF), plan, [need])
+    return grade_item(ctx, "todo1", list(FIELDS_OF), plan, [need])
 
 
 check_per_token = check_per_block_and_total = check_ledger

@@ -1,6 +1,7 @@
 """The judge's model of one KVCacheManager, shared by every TODO 2 and TODO 3 item.
 
-One model, its invariants always on.  After every operation the model reads the student's
+One model, its invariants always on (reading the state back, and the contract's types of
+it: grader/checks/pool_state.py).  After every operation the model reads the student's
 state back (free list, each request's seq_len and block table) and checks every property
 the contract states.  Each property belongs to one rubric item:
 
@@ -36,6 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grader.checks.base import Inconclusive, ItemContext, raised, student_error
+from grader.checks.frame import SharedPool
+from grader.checks.pool_state import ContractState, State
 from grader.checks.script import Line, Script
 
 PROPS = {
@@ -55,19 +58,6 @@ class Req:
 
 
 @dataclass
-class State:
-    free: list[int]
-    requests: dict[str, tuple[int, list[int]]]  # name -> (seq_len, block_table)
-
-    def picture(self) -> dict[str, Any]:
-        return {"free": list(self.free), "tables": {name: list(t) for name, (_, t) in self.requests.items() if t}}
-
-    def text(self) -> str:
-        tables = ", ".join(f"{name}.block_table={t}" for name, (_, t) in self.requests.items() if t)
-        return f"free_blocks={self.free}" + (f", {tables}" if tables else "")
-
-
-@dataclass
 class Outcome:
     """One TODO call as the model saw it, with what the reproduction needs to show it."""
 
@@ -80,7 +70,7 @@ class Outcome:
     others_changed: list[str]
 
 
-class Pool:
+class Pool(ContractState):
     """A KVCacheManager in the sandbox, the requests made on it, and what they should hold."""
 
     def __init__(self, ctx: ItemContext, todo_label: str, num_blocks: int, block_size: int, head_dim: int):
@@ -96,42 +86,20 @@ class Pool:
         if not reply.ok:
             raise student_error(ctx, reply, "KVCacheManager(...)", todo_label)
         self.manager = int(reply.value)
-        state = self._observe(self._call("observe"), "KVCacheManager(...)", None)
+        self.props = PROPS["prefill" if todo_label == "TODO 2" else "decode"]
+        self.type_broken = False  # a call left a container of the wrong type (its item was told)
+        self.wrong_now: set[str] = set()  # parts of the state wrong after the last step (told once, when they went wrong)
+        state = self._observe(self._call("observe"), "KVCacheManager(...)")
         if sorted(state.free) != list(range(num_blocks)):
             self._given("init", "新建的管理器应当所有块都空闲", "a new manager should have every block free", str(list(range(num_blocks))), str(state.free))
         self.free = state.free
+        self.shape = (num_blocks, block_size, head_dim)
+        self.pool: SharedPool | None = self._share_pool()
 
     # -- reading the student's state ------------------------------------------------------
     def _call(self, op: str, **fields: Any) -> Any:
         spec = {"manager": self.manager, "requests": [r.handle for r in self.requests]}
         return self.ctx.call(op, snapshot=spec, **fields)
-
-    def _observe(self, reply: Any, step: str, owner: str | None) -> State:
-        """The state after a step.  Unreadable state fails the step's owner when it is graded."""
-        state = reply.state or {}
-        free = _read(state.get("free_blocks"))
-        problem = None if free is not None else f"free_blocks: {str(state.get('free_blocks'))[:200]}"
-        requests: dict[str, tuple[int, list[int]]] = {}
-        for r in self.requests:
-            raw = (state.get("requests") or {}).get(str(r.handle), {})
-            seq_len, table = _read(raw.get("seq_len")), _read(raw.get("block_table"))
-            if seq_len is None or table is None:
-                problem = problem or f"{r.name}: {str(raw)[:200]}"
-                continue
-            requests[r.name] = (seq_len, table)
-        if problem is None:
-            return State(free, requests)
-        if owner is not None and self.ctx.focused(owner):
-            self.script.note(f"after this step the state cannot be read: {problem}", f"这一步之后无法读取状态：{problem}")
-            raise self.ctx.fail(
-                "wrong",
-                f"{step} 之后 free_blocks / seq_len / block_table 不再是 int 或 int 列表",
-                f"after {step}, free_blocks / seq_len / block_table are no longer ints or lists of ints",
-                actual=problem,
-            )
-        if owner is not None:
-            self.ctx.record(owner, f"{step} 之后状态无法读取", f"after {step} the state cannot be read")
-        raise Inconclusive(problem)
 
     def _state(self) -> State:
         return State(list(self.free), {r.name: (r.seq_len, list(r.table)) for r in self.requests})
@@ -240,8 +208,8 @@ class Pool:
         reply = self._call("method", target=self.manager, name=method, args=[req.handle])
         if not reply.ok and (reply.error or {}).get("not_implemented") and self.ctx.nothing_yet():
             raise student_error(self.ctx, reply, step, self.todo)
-        owner = PROPS["prefill" if method == "allocate_for_prefill" else "decode"]["count"]
-        after = self._observe(reply, step, owner)
+        oom = not reply.ok and raised(reply, "RuntimeError")
+        after = self._observe(reply, step, req, oom)
         others = [r.name for r in self.requests if r is not req and after.requests[r.name] != (r.seq_len, r.table)]
         capture = f"free_before, table_before, len_before = list(m.free_blocks), list({req.name}.block_table), {req.name}.seq_len"
         if len(self.requests) > 1:
@@ -301,9 +269,10 @@ class Pool:
         else:
             self.script.add(code, *comment)
         reply = self._call("permute", manager=self.manager, order=order)
+        state = self._observe(reply, code)
         if not reply.ok:
             raise Inconclusive("the free list cannot be reordered as a list")
-        self._adopt(self._observe(reply, "set-up", None))
+        self._adopt(state)
 
     # -- TODO 3 ------------------------------------------------------------------------------
     def place(self, req: Req, indices: list[int]) -> None:
@@ -316,9 +285,10 @@ class Pool:
         else:
             self.script.add(code, *comment)
         reply = self._call("place", manager=self.manager, request=req.handle, indices=indices)
+        state = self._observe(reply, code)
         if not reply.ok:
             raise Inconclusive("the free list cannot be used as the given code uses it")
-        self._adopt(self._observe(reply, "set-up", None))
+        self._adopt(state)
 
     def decode(self, req: Req) -> None:
         props = PROPS["decode"]
@@ -362,6 +332,8 @@ class Pool:
         if not added:
             if grows:
                 self._missed(props["own"], o, [("len(m.free_blocks) == len(free_before) - 1", "decode past a full block should take one free block: free_blocks {free_before} -> {m.free_blocks}", "块已满时 decode 应取走一个空闲块：free_blocks {free_before} -> {m.free_blocks}")])
+            elif self._check_ownership(props["own"], o, [], "[]", "decode"):
+                self.ctx.count(props["own"] + ":kept")  # took nothing, and nothing moved: ownership checked too
         elif self._check_ownership(props["own"], o, added, f"[b for b in {n}.block_table if b not in table_before]", "decode"):
             self.ctx.count(props["own"])
         self._finish(o.start, self._written(o, expected_oom=False))
@@ -511,10 +483,12 @@ class Pool:
                 self._given("release", "release_request 没有拒绝无效的块表（ValueError）", "release_request did not refuse an invalid block table with ValueError", "ValueError", "no ValueError")
             raise Inconclusive("the state left by an earlier step cannot be released")
         if not reply.ok:
+            if self.type_broken:  # a TODO call left a tuple (say) where the given code needs a list: its item was told
+                raise Inconclusive("release_request cannot use what an earlier call left")
             error = reply.error or {}
             self._given("release", f"release_request 意外抛出 {error.get('type')}", f"release_request raised {error.get('type')}: {str(error.get('message'))[:200]}", "success", str(error.get("type")))
             raise Inconclusive("release_request raised")
-        after = self._observe(reply, step, None)
+        after = self._observe(reply, step)
         want = sorted(before.free + req.table)
         if after.requests[req.name][1] != [] or after.free != want:
             n = req.name
@@ -534,10 +508,3 @@ class Pool:
 
 def _blocks(count: int) -> str:
     return f"{count} block" if count == 1 else f"{count} blocks"
-
-
-def _read(observed: Any) -> Any:
-    """The value of an observation {"ok": value}, or None when the worker could not read it."""
-    if isinstance(observed, dict) and "ok" in observed:
-        return observed["ok"]
-    return None

@@ -23,9 +23,11 @@ from hypothesis import strategies as st
 
 from grader.checks.arrays import Array, decode
 from grader.checks.base import CheckFailure, ItemContext, Need, hypothesis_settings, student_error
-from grader.checks.running import grade_item
-from grader.checks.script import Script
+from grader.checks.frame import SharedPool, tensor_digest
+from grader.checks.running import Explore, grade_item
+from grader.checks.script import Line, Script
 from grader.results import Failure
+from grader.sandbox.protocol import Reply
 
 LABEL = "TODO 4"
 ORDER, TRUNCATE = "todo4.table_order", "todo4.truncate"
@@ -66,6 +68,7 @@ class Problem:
     kind: str = "wrong"  # "error" when the read raised
     same_slots: bool = False  # exactly the live slots were read, in another order: truncation held
     tail: bool = False  # the read had a partly used last block
+    frame: str = ""  # "read": a read changed the pool or the request; "results": an earlier result changed
 
 
 def pool_values(ex: Example, table: list[int], seq_len: int, write: int) -> np.ndarray:
@@ -101,35 +104,40 @@ def set_up_lines(ex: Example) -> list[tuple[str, str, str]]:
 
 
 def run_example(ctx: ItemContext, ex: Example, script: Script, count: bool = True) -> Problem | None:
-    """Drive one example in a fresh session; the first read that goes wrong, or None."""
+    """Drive one example in a fresh session; the first read that goes wrong, or None.
+
+    After every read and every write, the frame: a read changes nothing (the pool, which the
+    judge reads itself, and the request), and what an earlier read returned is the caller's
+    (neither a later read nor a write to the pool may change it)."""
     made = ctx.call("new", cls="KVCacheManager", kwargs={"num_blocks": ex.num_blocks, "block_size": ex.block_size, "head_dim": ex.head_dim})
     if not made.ok:
         raise student_error(ctx, made, "KVCacheManager(...)", LABEL)
     req = ctx.call("new", cls="Request", kwargs={"request_id": 0, "prompt_len": ex.seq_len})
     if not req.ok:
         raise student_error(ctx, req, "Request(...)", LABEL)
+    cache = _Cache(ctx, ex, made.value, req.value)
     table, seq_len, write = list(ex.table), ex.seq_len, 0
-    _set(ctx, made.value, req.value, ex, table, seq_len, write)
+    cache.set(table, seq_len, write, rebind=True)
     reads = 0
     for kind, n in ex.events:
         if kind == "write":
             write += 1
             script.add(f"fill({write})", "the pool is written again", "池被重新写入")
-            _set(ctx, made.value, req.value, ex, table, seq_len, write)
+            cache.set(table, seq_len, write)
         elif kind == "rebind":
             write += 1
             script.add(f"m.physical_kv_cache = torch.zeros_like(m.physical_kv_cache); fill({write})", "a new pool tensor", "换成一个新的池张量")
-            _set(ctx, made.value, req.value, ex, table, seq_len, write, rebind=True)
+            cache.set(table, seq_len, write, rebind=True)
         elif kind == "grow":
             seq_len += n
             grown = [b for b in range(ex.num_blocks) if b not in table][: max(0, math.ceil(seq_len / ex.block_size) - len(table))]
             table += grown
             script.add(f"r.block_table += {grown}; r.seq_len = {seq_len}; fill({write})", "the request grows, as decode grows it", "请求增长（如 decode）")
-            _set(ctx, made.value, req.value, ex, table, seq_len, write)
+            cache.set(table, seq_len, write)
         else:
             script.add("out = m.get_physical_cache(r)")
-            problem = _read(ctx, made.value, req.value, ex, table, seq_len, write, reads)
-            if problem is not None:
+            problem = _read(ctx, cache, table, seq_len, write, reads)
+            if problem is not None and not problem.frame:
                 problem.tail = bool(seq_len % ex.block_size)
                 return problem
             if count:
@@ -137,23 +145,91 @@ def run_example(ctx: ItemContext, ex: Example, script: Script, count: bool = Tru
                     ctx.count(ORDER)
                 if seq_len % ex.block_size:
                     ctx.count(TRUNCATE)
+            if problem is not None:
+                return problem
             reads += 1
     return None
 
 
-def _set(ctx: ItemContext, manager: int, request: int, ex: Example, table: list[int], seq_len: int, write: int, rebind: bool = False) -> None:
-    pool = pool_values(ex, table, seq_len, write)
-    for op, fields in (
-        ("set_table", {"request": request, "table": table, "seq_len": seq_len}),
-        ("set_pool", {"manager": manager, "tensor": Array(pool, "float32").payload(), "rebind": rebind}),
-    ):
-        reply = ctx.call(op, **fields)
+class _Cache:
+    """The example's manager and request in the session, and the pool the judge shares with it."""
+
+    def __init__(self, ctx: ItemContext, ex: Example, manager: int, request: int):
+        self.ctx, self.ex, self.manager, self.request = ctx, ex, manager, request
+        self.pool: SharedPool | None = None
+
+    def set(self, table: list[int], seq_len: int, write: int, rebind: bool = False) -> None:
+        """The request's table and length, and the pool's values (in place, or a new tensor)."""
+        data = pool_values(self.ex, table, seq_len, write)
+        reply = self.ctx.call("set_table", request=self.request, table=table, seq_len=seq_len)
+        if reply.ok and not rebind and self.pool is not None:
+            self.pool.write(data.tobytes())  # in place, as fill() writes it
+            return
+        if reply.ok and rebind:
+            self.pool = self.ctx.share_pool(data.tobytes())
+        if reply.ok and self.pool is not None:
+            shape = [self.ex.num_blocks, self.ex.block_size, self.ex.head_dim]
+            reply = self.ctx.call("share_pool", manager=self.manager, shared=self.pool.spec, shape=shape, dtype="float32")
+        elif reply.ok:  # no shared directory: the values travel, and the frame is not watched
+            reply = self.ctx.call("set_pool", manager=self.manager, tensor=Array(data, "float32").payload(), rebind=rebind)
         if not reply.ok:
-            raise student_error(ctx, reply, "setting up the pool", LABEL)
+            raise student_error(self.ctx, reply, "setting up the pool", LABEL)
+
+    def frame(self, table: list[int], seq_len: int, state: dict | None, index: int) -> Problem | None:
+        """After a read: the pool, its identity, the request's table and length all as they were."""
+        state = state or {}
+        wrong = []
+        if self.pool is not None:
+            same = (state.get("pool") or {}).get("same")
+            if not (isinstance(same, dict) and same.get("ok") is True):
+                wrong.append("the pool tensor was replaced (m.physical_kv_cache rebound)")
+            elif self.pool.changed():
+                before = np.frombuffer(self.pool.data, np.uint32).reshape(self.ex.num_blocks, -1)
+                after = np.frombuffer(self.pool.read(), np.uint32).reshape(self.ex.num_blocks, -1)
+                blocks = sorted({int(b) for b in np.argwhere(before != after)[:, 0]})
+                wrong.append(f"the pool was written (block(s) {blocks[:10]})")
+        seen = (state.get("requests") or {}).get(str(self.request), {})
+        table_now, seq_len_now = seen.get("block_table") or {}, seen.get("seq_len") or {}
+        if table_now.get("ok") != table or table_now.get("type", "list") != "list" or seq_len_now.get("ok") != seq_len:
+            wrong.append(f"the request changed: block_table {table_now.get('ok')}, seq_len {seq_len_now.get('ok')}")
+        if not wrong:
+            return None
+        what = "; ".join(wrong)
+        return Problem(
+            index,
+            f"get_physical_cache 是只读操作，却改变了状态：{what}",
+            f"get_physical_cache is a read, yet it changed state: {what}",
+            "the pool and the request unchanged",
+            what,
+            [("torch.equal(m.physical_kv_cache.view(torch.int32), pool_before.view(torch.int32)) and (r.seq_len, r.block_table) == state_before",
+              "a read must change nothing: pool equal {torch.equal(m.physical_kv_cache.view(torch.int32), pool_before.view(torch.int32))}, request {(r.seq_len, r.block_table)} (was {state_before})",
+              "读取不能改变任何状态：池不变 {torch.equal(m.physical_kv_cache.view(torch.int32), pool_before.view(torch.int32))}，请求 {(r.seq_len, r.block_table)}（之前 {state_before}）")],
+            frame="read",
+        )
+
+    @staticmethod
+    def earlier_results(changed: list[str], index: int) -> Problem | None:
+        """What earlier reads returned is the caller's: unchanged by later reads and by writes to the pool."""
+        if not changed:
+            return None
+        return Problem(
+            index,
+            "之后的读取或对池的写入改变了 get_physical_cache 之前返回的张量（返回了池的视图或复用的缓冲区？返回值属于调用者）",
+            "a later read or write to the pool changed a tensor get_physical_cache returned earlier (a view of the pool, or a buffer used again? a result belongs to its caller)",
+            "earlier results unchanged",
+            f"changed: {', '.join(changed)}",
+            [("all(torch.equal(a.nan_to_num(1e30), b.nan_to_num(1e30)) for a, b in kept)",
+              "an earlier result changed: {[i for i, (a, b) in enumerate(kept) if not torch.equal(a.nan_to_num(1e30), b.nan_to_num(1e30))]}",
+              "之前的返回值被改变：{[i for i, (a, b) in enumerate(kept) if not torch.equal(a.nan_to_num(1e30), b.nan_to_num(1e30))]}")],
+            frame="results",
+        )
 
 
-def _read(ctx: ItemContext, manager: int, request: int, ex: Example, table: list[int], seq_len: int, write: int, index: int) -> Problem | None:
-    reply = ctx.call("get_cache", manager=manager, request=request)
+def _read(ctx: ItemContext, cache: _Cache, table: list[int], seq_len: int, write: int, index: int) -> Problem | None:
+    key, asked = ctx.kept.key(), ctx.kept.spec()
+    snapshot = {"manager": cache.manager, "requests": [cache.request], **({"kept": asked} if asked else {})}
+    reply = ctx.call("get_cache", manager=cache.manager, request=cache.request, keep=key, snapshot=snapshot)
+    earlier = cache.earlier_results(ctx.kept.changed_in(reply.state, asked), index)
     if not reply.ok:
         error = reply.error or {}
         if error.get("not_implemented") and ctx.nothing_yet():
@@ -163,6 +239,13 @@ def _read(ctx: ItemContext, manager: int, request: int, ex: Example, table: list
             return Problem(index, f"get_physical_cache 的返回值不符合要求：{message}", f"get_physical_cache returned a value the contract does not allow: {message}", "a tensor of shape [seq_len, head_dim]", message, [])
         what = f"{error.get('type')}: {str(error.get('message'))[:300]}"
         return Problem(index, f"get_physical_cache 意外抛出 {what}", f"get_physical_cache raised {what}", "a tensor", what, [], "error")
+    ctx.kept.add(key, tensor_digest(reply.value), f"read {index + 1}")
+    problem = _answer(ctx, reply, cache.ex, table, seq_len, write, index)
+    # Right values from a read that changed state: the values count, the frame fails table order.
+    return problem or cache.frame(table, seq_len, reply.state, index) or earlier
+
+
+def _answer(ctx: ItemContext, reply: Reply, ex: Example, table: list[int], seq_len: int, write: int, index: int) -> Problem | None:
     pool = pool_values(ex, table, seq_len, write)
     want = np.stack([pool[table[p // ex.block_size], p % ex.block_size] for p in range(seq_len)])
     try:
@@ -232,6 +315,14 @@ def check_example(ctx: ItemContext, ex: Example) -> None:
         return
     if ctx.focus is None and ORDER in ctx.recorded and TRUNCATE in ctx.recorded:
         return  # a survey that already failed both items needs no more evidence
+    if problem.frame:  # what a read must never change: the table-order item's ("the pool as it is now")
+        if not ctx.focused(ORDER):
+            ctx.record(ORDER, problem.zh, problem.en)
+            return
+        _write_frame_captures(script, problem.frame)
+        for check in problem.asserts:
+            script.expect(*check)
+        raise ctx.fail(problem.kind, problem.zh, problem.en, expected=problem.expected, actual=problem.actual)
     # Whose failure is it?  Truncation's when a partial last block is needed for it to fail.
     needs_tail = False
     after_others = bool(ctx.history)  # earlier examples ran in this process
@@ -248,6 +339,9 @@ def check_example(ctx: ItemContext, ex: Example) -> None:
                     needs_tail = run_example(ctx, ex.full(), Script(), count=False) is None
                 except CheckFailure:
                     needs_tail = False
+            full = ex.full()
+            if needs_tail and len(full.table) > 1 and list(full.table) != sorted(full.table):
+                ctx.count(ORDER)  # the same reads with every block full were right, in table order
     owner = TRUNCATE if needs_tail else ORDER
     if owner == ORDER and problem.tail:
         if problem.same_slots:
@@ -265,15 +359,31 @@ def check_example(ctx: ItemContext, ex: Example) -> None:
     raise ctx.fail(problem.kind, problem.zh, problem.en, expected=problem.expected, actual=problem.actual)
 
 
+def _write_frame_captures(script: Script, frame: str) -> None:
+    """The copies a frame assert compares with: of the pool and the request before the last read,
+    or of every result as it was returned."""
+    reads = [i for i, line in enumerate(script.lines) if line.code == "out = m.get_physical_cache(r)"]
+    if frame == "read":
+        script.lines.insert(reads[-1], Line("pool_before, state_before = m.physical_kv_cache.clone(), (r.seq_len, list(r.block_table))"))
+        return
+    for i in reversed(reads):
+        script.lines.insert(i + 1, Line("kept.append((out, out.clone()))", "what this read returned, and a copy", "这次读取的返回值及其副本"))
+    script.lines.insert(reads[0], Line("kept = []"))
+
+
 @st.composite
 def examples(draw: st.DrawFn, tails: float) -> Example:
     block_size = draw(st.one_of(st.sampled_from([1, 2, 3, 4, 5, 8]), st.integers(1, 20)), label="block_size")
     num_blocks = draw(st.integers(1, 10), label="num_blocks")
     head_dim = draw(st.integers(1, 5), label="head_dim")
-    used = draw(st.integers(1, num_blocks), label="blocks used")
+    # One block a fifth of the time (a result that is a view of it shows there); several otherwise.
+    single = draw(st.integers(0, 4), label="one block") == 0
+    used = 1 if single else draw(st.integers(min(2, num_blocks), num_blocks), label="blocks used")
     table = draw(st.permutations(range(num_blocks)), label="table")[:used]
-    if draw(st.booleans(), label="sorted table"):
+    if draw(st.integers(0, 3), label="sorted table") == 0:  # physical order a quarter of the time
         table = sorted(table)
+    elif table == sorted(table):
+        table = table[::-1]  # otherwise never physical order
     tail = draw(st.floats(0, 1), label="tail?") < tails
     seq_len = draw(st.integers((used - 1) * block_size + 1, used * block_size), label="seq_len") if tail else used * block_size
     first = seq_len
@@ -309,6 +419,9 @@ CORNERS = (
     Example(5, 7, 3, (2, 4, 0), 15),
     Example(3, 2, 5, (0, 1, 2), 5, (("read", 0), ("write", 0), ("read", 0))),
     Example(4, 3, 2, (2, 0), 5, (("read", 0), ("rebind", 0), ("read", 0))),
+    # one block, read, then the pool written or the request grown: the first result must not follow
+    Example(3, 4, 2, (1,), 3, (("read", 0), ("write", 0), ("read", 0))),
+    Example(3, 3, 1, (2,), 2, (("read", 0), ("grow", 2), ("read", 0))),
 )
 NEEDS = {
     ORDER: [Need(ORDER, 4, "按块表顺序读取（块表与物理顺序不同时）被检查的次数不够", "too few reads through a table out of physical order could be checked")],
@@ -319,18 +432,25 @@ NEEDS = {
 TAILS = {ORDER: 0.5, TRUNCATE: 0.9, None: 0.7}  # how often a drawn example has a partial last block
 
 
-def plan(run: ItemContext) -> tuple[list[Callable[[], None]], Callable[[], None]]:
-    @seed(run.config.hypothesis.seed)
-    @hypothesis_settings(run.config, run.config.hypothesis.max_examples)
-    @given(examples(TAILS[run.focus]))
-    def explore(ex: Example) -> None:
-        check_example(run, ex)
+def plan(run: ItemContext) -> tuple[list[Callable[[], None]], Explore]:
+    def explore(round_: int, count: int) -> None:
+        tails = TAILS[run.focus]
+        if round_ and run.focus is None and TRUNCATE in run.recorded:
+            tails = 0.0  # a later round of a survey where truncation failed: table order's evidence, without tails
+
+        @seed(run.seed(round_))
+        @hypothesis_settings(run.config, count or run.config.hypothesis.max_examples)
+        @given(examples(tails))
+        def test(ex: Example) -> None:
+            check_example(run, ex)
+
+        test()
 
     return [lambda ex=ex: check_example(run, ex) for ex in CORNERS], explore
 
 
 def check_reconstruction(ctx: ItemContext) -> Failure | None:
-    return grade_item(ctx, "todo4", 2, plan, NEEDS[ctx.item_id])
+    return grade_item(ctx, "todo4", [ORDER, TRUNCATE], plan, NEEDS[ctx.item_id])
 
 
 check_table_order = check_truncate = check_reconstruction

@@ -3,32 +3,41 @@
 An item runs in two phases (`run_item`):
 
 1. its *corner cases*, a fixed list of small scenarios that must all finish: a submission
-   too slow to finish them fails ("too slow"), so time can never buy a pass;
-2. *exploration*: hypothesis draws more cases from the contract's domain until its example
-   budget or the item's time budget ends, and shrinks the first failure it finds.
+   too slow to finish them fails ("too slow");
+2. *exploration*: hypothesis draws cases from the contract's domain, from a seed the student
+   cannot know (grader/seeds.py), and shrinks the first failure it finds.
+
+An item passes only on evidence: every corner case passed, and at least N random cases
+(`[evidence]` in the configuration) completed and checked its property.  Neither the corners
+nor the clock can pay for an item: if the budget ends first, it fails ("too slow: k of N
+random cases in S s").  Exploration goes on in rounds (new seeds) until every item has its N
+or the rounds run out, so that a correct submission always gets there, whatever its seed.
 
 Items of one TODO share one *survey* (`grade_item`): the TODO's model runs once with every
 property on and none failing the run; each item reads its verdict from it, and only an item
-whose property broke runs again in focus, to find and shrink its failure.  A pass needs the
-property checked enough times (`Need`).  Every reported failure is confirmed from a fresh
-process first (`confirm`).
+whose property broke runs again in focus, to find and shrink its failure.  A pass also needs
+the property checked enough times in the ways `Need` lists.  Every reported failure is
+confirmed from a fresh process first (`confirm`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from hypothesis.errors import Unsatisfiable
+from hypothesis.errors import Flaky, Unsatisfiable
 
 from grader.checks.base import Abort, CheckFailure, Inconclusive, ItemContext, Need, Replay, Survey
 from grader.checks.script import Script
-from grader.results import Failure, Text
+from grader.results import Failure
 from grader.sandbox.protocol import BudgetExceeded
 
-Plan = Callable[[ItemContext], tuple[Sequence[Callable[[], None]], Callable[[], None] | None]]
+# One hypothesis run: (round, examples) -> None.  Round 0 is the configured run; later rounds
+# (another seed each) only top up the items that still lack random evidence.
+Explore = Callable[[int, int], None]
+Plan = Callable[[ItemContext], tuple[Sequence[Callable[[], None]], Explore | None]]
 
 
-def grade_item(ctx: ItemContext, todo: str, items: int, plan: Plan, needs: Sequence[Need]) -> Failure | None:
+def grade_item(ctx: ItemContext, todo: str, items: Sequence[str], plan: Plan, needs: Sequence[Need]) -> Failure | None:
     """An item's verdict from its TODO's survey; a focused run only where the survey saw it fail.
 
     `plan(ctx)` gives the corner cases and the exploration for a context: in a survey, those of
@@ -36,22 +45,54 @@ def grade_item(ctx: ItemContext, todo: str, items: int, plan: Plan, needs: Seque
     """
     survey = ctx.grading.surveys.get(todo)
     if survey is None:
-        budget = ctx.config.limits.item_budget_s * items
+        budget = ctx.config.limits.item_budget_s * len(items)
         surveying = ItemContext(ctx.sandbox, ctx.config, todo, ctx.submission_deadline, ctx.grading, survey=True, budget_s=budget)
         corners, explore = plan(surveying)
-        stopped = run_item(surveying, corners, explore)
-        survey = Survey(surveying.counts, surveying.witness, surveying.recorded, stopped, surveying.examples)
+        stopped = run_item(surveying, corners, explore, items=items)
+        survey = Survey(surveying.counts, surveying.witness, surveying.recorded, stopped, surveying.examples,
+                        surveying.evidence, surveying.random_tried, surveying.out_of_time, surveying.elapsed())
         ctx.grading.surveys[todo] = survey
     ctx.counts.update(survey.counts)
     ctx.examples = survey.examples
+    ctx.evidence.update(survey.evidence)
     if survey.stopped is not None:
         return survey.stopped
     recorded = survey.recorded.get(ctx.item_id)
     if recorded is not None:
+        ctx.restart_clock()  # the item's own budget, for finding its failure, from now
         corners, explore = plan(ctx)
         return run_item(ctx, corners, explore) or confirm(ctx, recorded)
     ctx.witness = {**survey.witness, **ctx.witness}
-    return check_needs(ctx, needs)
+    return check_evidence(ctx, survey.out_of_time, survey.seconds, survey.random_tried) or check_needs(ctx, needs)
+
+
+def check_evidence(ctx: ItemContext, out_of_time: bool, seconds: float, tried: int) -> Failure | None:
+    """At least N random cases completed and checked this item's property."""
+    need = ctx.config.evidence.minimum(ctx.item_id)
+    got = ctx.evidence[ctx.item_id]
+    if got >= need:
+        return None
+    if out_of_time:
+        return ctx.failure(
+            "too_slow",
+            f"太慢：{seconds:.0f} 秒内只完成并检查了 {got}/{need} 个随机用例（通过需要至少 {need} 个）",
+            f"too slow: {got} of {need} random cases in {seconds:.0f} s (a pass needs at least {need} completed and checked)",
+            actual=f"{got} of {need} random cases, {tried} begun",
+            script=_witness(ctx),
+        )
+    return ctx.failure(
+        "not_exercised",
+        f"随机用例中只有 {got}/{need} 个完成并检查了这一性质（其余用例没能检查它）",
+        f"only {got} of {need} random cases completed and checked this property (the others could not check it)",
+        actual=f"{got} of {need} random cases, {tried} begun",
+        script=_witness(ctx),
+    )
+
+
+def _witness(ctx: ItemContext) -> Script:
+    """A case where the item's property should have been checked and could not be (its first)."""
+    keys = [key for key in ctx.witness if key == ctx.item_id or key.startswith(ctx.item_id + ":")]
+    return ctx.witness[keys[0]] if keys else Script()
 
 
 def check_needs(ctx: ItemContext, needs: Sequence[Need]) -> Failure | None:
@@ -71,10 +112,12 @@ def check_needs(ctx: ItemContext, needs: Sequence[Need]) -> Failure | None:
 def run_item(
     ctx: ItemContext,
     corners: Sequence[Callable[[], None]],
-    explore: Callable[[], None] | None,
+    explore: Explore | None,
     needs: Sequence[Need] = (),
+    items: Sequence[str] = (),
 ) -> Failure | None:
-    """Corner cases (all must finish), then exploration (the budget may cut it), then the needs."""
+    """Corner cases (all must finish), then exploration (in rounds, until each of `items` has its
+    random evidence), then the needs.  Items read the evidence from `ctx` (a survey's, or their own)."""
     started = ctx.elapsed()
     done = 0
     try:
@@ -99,10 +142,37 @@ def run_item(
     finally:
         ctx.close()
     if explore is not None:
-        failure = _explore(ctx, explore)
+        wanted = list(items) or ([ctx.focus] if ctx.focus else [])
+        failure = _explore_rounds(ctx, explore, wanted)
         if failure is not None:
             return failure
+    if not items and ctx.focus is not None and needs:
+        return check_evidence(ctx, ctx.out_of_time, ctx.elapsed(), ctx.random_tried) or check_needs(ctx, needs)
     return check_needs(ctx, needs)
+
+
+def _explore_rounds(ctx: ItemContext, explore: Explore, items: Sequence[str]) -> Failure | None:
+    """Hypothesis runs until every item has its N random cases, the rounds end, or the clock does.
+
+    A focused run (an item the survey saw fail) needs one round: it looks for the failure.
+    """
+    evidence = ctx.config.evidence
+    before: list[int] = []
+    for round_ in range(evidence.max_rounds if ctx.focus is None or len(items) > 1 else 1):
+        # An item whose property broke needs no more evidence: its own run finds the failure.
+        lacking = [item for item in items if item not in ctx.recorded and ctx.evidence[item] < evidence.minimum(item)]
+        short = [evidence.minimum(item) - ctx.evidence[item] for item in lacking]
+        if round_ and not short:
+            break
+        now = [ctx.evidence[item] for item in lacking]
+        if round_ > 1 and now == before[: len(now)]:
+            break  # the last round added nothing where it was lacking: more would not either
+        before = now
+        examples = 0 if round_ == 0 else max(8, max(short))  # 0: the plan's configured number
+        failure = _explore(ctx, lambda round_=round_, examples=examples: explore(round_, examples))
+        if failure is not None or ctx.out_of_time:
+            return failure
+    return None
 
 
 def confirm(ctx: ItemContext, error: CheckFailure) -> Failure:
@@ -142,28 +212,41 @@ def confirm(ctx: ItemContext, error: CheckFailure) -> Failure:
 
 
 def _explore(ctx: ItemContext, run: Callable[[], None]) -> Failure | None:
-    """A hypothesis run: the smallest failure it found, or None.  Time running out is no failure."""
+    """One hypothesis run: the smallest failure it found, or None.  Time running out is no
+    failure here, and no pass either: the random cases that did not complete count for nothing."""
+    ctx.random = True
     try:
         run()
+        ctx.close_example()
     except CheckFailure as failure:
+        ctx.abandon_example()
         ctx.close()
         return confirm(ctx, failure)
     except Abort as abort:
+        ctx.abandon_example()
         return abort.failure
     except BudgetExceeded:
+        ctx.abandon_example()
+        ctx.out_of_time = True
         # Found before the budget ended (while shrinking), else nothing.
         return confirm(ctx, ctx.last_error) if ctx.last_error is not None else None
     except Unsatisfiable:
+        ctx.close_example()
         return None
-    except Exception as error:  # Flaky and friends: keep the last real failure we saw
+    except Flaky as error:  # the submission answered a replayed case otherwise: keep the last real failure
+        ctx.abandon_example()
         if ctx.last_error is not None:
             ctx.close()
             return confirm(ctx, ctx.last_error)
-        return Failure(
+        if ctx.focus is None:
+            return None  # a survey: what it recorded stands, and each item decides on it
+        return ctx.failure(
             "error",
-            Text(f"检查无法完成：{type(error).__name__}", f"the check could not complete: {type(error).__name__}"),
-            actual=str(error)[:500],
+            "同一个用例再次运行时结果不同（提交的代码不确定？）",
+            "the same case gave another result when run again (is the submission nondeterministic?)",
+            actual=type(error).__name__,
         )
     finally:
+        ctx.random = False
         ctx.close()
     return None

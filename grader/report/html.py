@@ -156,6 +156,8 @@ def _footer(result: GradeResult, lang: str) -> str:
     summary = (result.isolation or {}).get("summary")
     if isinstance(summary, dict) and summary.get(lang):
         parts.append(f"{esc(say('isolation', lang))}{colon(lang)}{esc(summary[lang])}")
+    if result.random_cases.get(lang):
+        parts.append(f"{esc(say('random_cases', lang))}{colon(lang)}{esc(result.random_cases[lang])}")
     return f'<p class="muted" id="footer">{" · ".join(parts)}</p>'
 
 

@@ -33,6 +33,7 @@ WORDS = {
     "fix_first": ("先修好这些：运行出错的代码单元", "Fix these first: cells that raised"),
     "given": ("给定代码（不属于任何 TODO）", "Given code (not part of a TODO)"),
     "isolation": ("隔离", "Isolation"),
+    "random_cases": ("随机用例", "Random cases"),
     "skipped": ("评分时没有运行的行", "Lines not run while grading"),
 }
 

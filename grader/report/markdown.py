@@ -177,5 +177,7 @@ def _finish(lines: list[str], result: GradeResult, lang: str) -> str:
     summary = (result.isolation or {}).get("summary")
     if isinstance(summary, dict) and summary.get(lang):
         footer.append(f"{say('isolation', lang)}{colon(lang)}{inline(str(summary[lang]))}")
+    if result.random_cases.get(lang):
+        footer.append(f"{say('random_cases', lang)}{colon(lang)}{inline(result.random_cases[lang])}")
     lines.append("<sub>" + " · ".join(footer) + "</sub>")
     return "\n".join(lines) + "\n"

@@ -135,6 +135,8 @@ def render(result: GradeResult, lang: str, *, quiet: bool = False, numbering: st
         lines.append(f"\n{say('given', lang)}{colon(lang).rstrip()}")
         for finding in result.given_code:
             lines += failure_lines(finding, lang, first=False)
+    if result.random_cases.get(lang):
+        lines.append(f"\n{say('random_cases', lang)}{colon(lang)}{one_line(result.random_cases[lang], 200)}")
     return "\n".join(lines) + "\n"
 
 

@@ -7,11 +7,13 @@ from builtins import (  # noqa: I001, UP029
     BaseException,
     TypeError,
     getattr,
+    isinstance,
     len,
     list,
     str,
     type,
 )
+import hashlib
 import random
 import sys
 
@@ -20,6 +22,8 @@ from _pa_sandbox_wire import (  # noqa: I001
     _as_int,
     _dumps,
     _pack,
+    _safe_str,
+    code_fingerprint,
     describe_error,
     int_list,
     plain,
@@ -29,6 +33,8 @@ from _pa_sandbox_wire import (  # noqa: I001
     tensor_payload,
 )
 
+_sha256 = hashlib.sha256  # bound before any cell runs (a cell may replace hashlib's)
+
 
 # --- the session child: one operation per request -------------------------------------
 
@@ -37,6 +43,7 @@ class Session:
         self.ns = namespace
         self.handles = {}
         self.example = {}  # what one example keeps between its calls (cleared by reseed)
+        self.pools = {}  # manager handle -> the pool tensor the judge shares with this child
 
     def new_handle(self, obj):
         handle = len(self.handles) + 1
@@ -47,16 +54,29 @@ class Session:
         state = {}
         if spec.get("manager") is not None:
             manager = self.handles[spec["manager"]]
-            state["free_blocks"] = _observe(lambda: int_list(manager.free_blocks, "free_blocks"))
+            state["free_blocks"] = _observe_list(lambda: manager.free_blocks, "free_blocks")
+            shared = self.pools.get(spec["manager"])
+            if shared is not None:
+                # Whether the pool is still the tensor the judge reads (its contents the judge reads itself).
+                state["pool"] = {"same": _observe(lambda: manager.physical_kv_cache is shared)}
         requests = {}
         for handle in spec.get("requests", []):
             req = self.handles[handle]
             requests[str(handle)] = {
-                "seq_len": _observe(lambda req=req: _plain_int(req.seq_len, "seq_len")),
-                "block_table": _observe(lambda req=req: int_list(req.block_table, "block_table")),
+                "seq_len": _observe(lambda req=req: _plain_int(req.seq_len, "seq_len"), lambda req=req: req.seq_len),
+                "block_table": _observe_list(lambda req=req: req.block_table, "block_table"),
             }
         state["requests"] = requests
+        if spec.get("kept") is not None:  # earlier results, as they are after this call
+            kept = self.example.get("results", {})
+            state["kept"] = [_digest(kept[str(key)]) if str(key) in kept else None for key in spec["kept"]]
         return state
+
+    def keep(self, msg, value):
+        """What a call returned belongs to its caller: keep it, to see later whether it changed."""
+        if msg.get("keep") is not None:
+            self.example.setdefault("results", {})[str(msg["keep"])] = value
+        return value
 
     # Operations -------------------------------------------------------------------
     def op_observe(self, msg):
@@ -65,6 +85,7 @@ class Session:
     def op_reseed(self, msg):
         reseed()  # each example starts from the same random state, whatever ran before it
         self.example = {}
+        self.handles, self.pools = {}, {}  # an example's objects are its own (and their pools unmapped)
         return None
 
     def op_permute(self, msg):
@@ -73,14 +94,51 @@ class Session:
         manager.free_blocks[:] = [manager.free_blocks[i] for i in msg["order"]]
         return None
 
-    def op_first_output(self, msg):
-        """The tensor the example's first attention call returned, as it is now (the judge hashes
-        it itself: a submission may have replaced hashlib in this process)."""
-        first = self.example.get("first_output")
-        return None if first is None else tensor_payload(first)
+    def op_share_pool(self, msg):
+        """The pool becomes a tensor on the judge's file, mapped shared: what any call writes into
+        it, the judge reads back itself.  The reproduction writes it as `m.physical_kv_cache = ...`.
+        (torch maps the file itself and keeps no descriptor open: a session maps many.)"""
+        import torch
+
+        manager = self.handles[msg["manager"]]
+        count = 1
+        for d in msg["shape"]:
+            count *= d
+        pool = torch.from_file(msg["shared"]["path"], shared=True, size=count, dtype=getattr(torch, msg["dtype"])).view(msg["shape"])
+        manager.physical_kv_cache = pool
+        self.pools[msg["manager"]] = pool
+        return None
+
+    def op_manager_meta(self, msg):
+        """What the given constructor sets up: the sizes it keeps and its pool (shape, dtype, all zero)."""
+        import torch
+
+        manager = self.handles[msg["manager"]]
+        pool = manager.physical_kv_cache
+        if not isinstance(pool, torch.Tensor):
+            return plain({"sizes": [manager.num_blocks, manager.block_size, manager.head_dim], "pool": None})
+        return plain({
+            "sizes": [manager.num_blocks, manager.block_size, manager.head_dim],
+            "pool": [list(pool.shape), str(pool.dtype).replace("torch.", ""), bool((pool == 0).all())],
+        })
+
+    def op_request_meta(self, msg):
+        """The id a request keeps (the given constructor sets it)."""
+        return plain(self.handles[msg["request"]].request_id)
+
+    def op_given_methods(self, msg):
+        """The code of each given method as bound now, reached the way a call reaches it (through
+        the class bound to the contract's name, its bases, decorators, setattr, later
+        assignments): a digest of its fingerprint, or what else is bound there."""
+        found = {}
+        for name, methods in msg["methods"].items():
+            cls = self.ns.get(name)
+            for method in methods:
+                found[f"{name}.{method}"] = _bound_code(cls, method)
+        return {"__dict__": [[k, v] for k, v in found.items()]}
 
     def op_ledger(self, msg):
-        return plain(self.ns["estimate_kv_cache_bytes"](*msg.get("args", []), **msg.get("kwargs", {})))
+        return plain(self.keep(msg, self.ns["estimate_kv_cache_bytes"](*msg.get("args", []), **msg.get("kwargs", {}))))
 
     def op_new(self, msg):
         return self.new_handle(self.ns[msg["cls"]](**msg["kwargs"]))
@@ -88,7 +146,7 @@ class Session:
     def op_method(self, msg):
         target = self.handles[msg["target"]]
         args = [self.handles[h] for h in msg.get("args", [])]
-        return plain(getattr(target, msg["name"])(*args))
+        return plain(self.keep(msg, getattr(target, msg["name"])(*args)))
 
     def op_place(self, msg):
         """Give a request blocks the way a correct prefill would: exactly what the reproduction
@@ -113,7 +171,10 @@ class Session:
 
     def op_get_cache(self, msg):
         manager, req = self.handles[msg["manager"]], self.handles[msg["request"]]
-        return tensor_payload(manager.get_physical_cache(req))
+        out = manager.get_physical_cache(req)
+        payload = tensor_payload(out)
+        self.keep(msg, out)
+        return payload
 
     def op_attention(self, msg):
         import torch
@@ -138,11 +199,12 @@ class Session:
             out = self.ns["paged_attention"](*args, scale=msg["scale"])
         else:
             out = self.ns["paged_attention"](*args)
-        self.example.setdefault("first_output", out)
         if device == "cuda":
             torch.cuda.synchronize()
+        payload = tensor_payload(out)
+        self.keep(msg, out)
         # Whether the inputs changed, the judge reads from the shared file itself.
-        return {"output": tensor_payload(out)}
+        return {"output": payload}
 
     def serve(self, sock):
         while True:
@@ -175,11 +237,68 @@ def _plain_int(value, what):
     return as_int
 
 
-def _observe(read):
+def _observe(read, shown=None):
     try:
         return {"ok": read()}
     except BaseException as error:
+        observed = {"error": describe_error(error)}
+        if shown is not None:
+            observed["error"]["shown"] = _show(shown)
+        return observed
+
+
+def _observe_list(get, what):
+    """A list of ints, with the container's kind (the contract says list; the judge decides)."""
+    try:
+        value = get()
+    except BaseException as error:
         return {"error": describe_error(error)}
+    try:
+        kind = "list" if isinstance(value, list) else _safe_str(type.__dict__["__name__"].__get__(type(value)))[:40]
+        return {"ok": int_list(value, what), "type": kind}
+    except BaseException as error:
+        observed = {"error": describe_error(error)}
+        observed["error"]["shown"] = _show(lambda: value)
+        return observed
+
+
+def _show(get):
+    try:
+        return _safe_str(get())[:200]
+    except BaseException:
+        return "<unreadable>"
+
+
+def _bound_code(cls, method):
+    if not isinstance(cls, type):
+        return "not a class"
+    try:
+        for klass in type.__dict__["__mro__"].__get__(cls):
+            attrs = type.__dict__["__dict__"].__get__(klass)
+            if method in attrs:
+                function = attrs[method]
+                break
+        else:
+            return "missing"
+        code = function.__code__ if type(function).__name__ == "function" else None
+        if code is None or function.__defaults__ or function.__kwdefaults__ or function.__closure__:
+            return "not the template's plain function"
+        return _sha256(code_fingerprint(code).encode()).hexdigest()
+    except BaseException:
+        return "unreadable"
+
+
+def _digest(value):
+    """A digest of a returned value: a tensor's dtype, shape and bytes, or the plain data it is."""
+    try:
+        import torch
+
+        if isinstance(value, torch.Tensor):
+            payload = tensor_payload(value)
+            return _sha256((payload["dtype"] + str(payload["shape"]) + payload["data"]).encode()).hexdigest()
+        return _sha256(_dumps(plain(value), allow_nan=True, sort_keys=True).encode()).hexdigest()
+    except BaseException:
+        return None
 
 
 def reseed():

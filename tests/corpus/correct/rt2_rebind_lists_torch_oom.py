@@ -1,5 +1,5 @@
 # corpus: expect-pass
-# style: never mutates lists in place: free_blocks and block_table are rebound to new lists; OOM raised as torch.OutOfMemoryError; single-block reads return a view of the pool; output returned as a transposed (non-contiguous) tensor
+# style: never mutates lists in place: free_blocks and block_table are rebound to new lists; OOM raised as torch.OutOfMemoryError; single-block reads copy one slice of the pool; output returned as a transposed (non-contiguous) tensor
 """PagedAttention exercise (solution)."""
 
 import math
@@ -124,7 +124,7 @@ class KVCacheManager:
         if any(not 0 <= b < self.num_blocks for b in req.block_table):
             raise ValueError("块表含越界块 / block table has an out-of-range block")
         if len(req.block_table) == 1:
-            return self.physical_kv_cache[req.block_table[0], : req.seq_len]
+            return self.physical_kv_cache[req.block_table[0], : req.seq_len].clone()
         return torch.cat([self.physical_kv_cache[b] for b in req.block_table])[: req.seq_len]
 
 

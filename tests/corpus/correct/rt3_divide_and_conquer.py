@@ -20,7 +20,7 @@ def _take_blocks(free, n):
 
 def _concat_blocks(pool, blocks):
     if len(blocks) == 1:
-        return pool[blocks[0]]
+        return pool[blocks[0]].clone()  # never a view of the pool: what is returned is the caller's
     mid = len(blocks) // 2
     return torch.cat([_concat_blocks(pool, blocks[:mid]), _concat_blocks(pool, blocks[mid:])], dim=0)
 

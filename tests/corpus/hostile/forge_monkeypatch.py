@@ -1,4 +1,4 @@
-# hostile: a TODO 5 scale bug (1/head_dim) behind monkeypatches of torch (allclose, equal, assert_close, Tensor.__eq__), builtins.print, hypothesis, fake modules named like the grader in sys.modules and the worker's digest helper; expect todo5.mha_fp32 to fail (wrong: the default scale is the base case; the other items see the mistake handled consistently), everything else to pass
+# hostile: a TODO 5 scale bug (1/head_dim) behind monkeypatches of torch (allclose, equal, assert_close, Tensor.__eq__), builtins.print, hypothesis, fake modules named like the grader in sys.modules and the worker's digest helper; expect every todo5 item to fail (wrong everywhere: no attention item is paid for output that is wrong on its own cases), everything else to pass
 import math
 
 import torch
