@@ -32,7 +32,8 @@ CORNER_ANSWERS = CORPUS / "gaming" / "slow_rt4_corner_answers.py"
 
 def _pacing_config():
     config = load_config()
-    return dataclasses.replace(config, limits=dataclasses.replace(config.limits, item_budget_s=6), digest=config.digest + "-pacing")
+    # 3 CPU seconds an item: its wall-clock backstop (9 s) ends a stalled call (9.5 s of sleep) before it returns.
+    return dataclasses.replace(config, limits=dataclasses.replace(config.limits, item_budget_s=3), digest=config.digest + "-pacing")
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -128,6 +128,8 @@ def test_ledger_corners() -> None:
     assert styles == {"keyword", "positional", "default_dtype"}
     products = [ledger.expected(d, style)["total_cache_bytes"] for d, style in ledger.CORNERS]
     assert any(p > 2**53 for p in products) and any(p > 2**63 for p in products)  # past float and int64
+    for field in ("kv_bytes_per_token", "kv_bytes_per_block"):  # each field past int64 on its own, not only the total
+        assert any(ledger.expected(d, style)[field] > 2**64 for d, style in ledger.CORNERS), field
     assert any(all(v == 1 for v in d.values()) for d, _ in ledger.CORNERS)
     assert {d["dtype_bytes"] for d, _ in ledger.CORNERS} >= {1, 2, 4, 8, 3}
 

@@ -203,16 +203,17 @@ def owners(ctx: ItemContext, history: list[Case], index: int, out: np.ndarray | 
     Every item needs right values on its own cases: a feature's item owns a wrong call with its
     feature unless the same call, with the feature kept and some other feature taken away, is
     right (then the feature taken away is to blame, and that right call is evidence for the
-    kept one).  The base item owns what still fails with every feature off.  So a wrong call
-    that no ablation makes right belongs to every item whose feature it has: no item is paid
-    for output that is consistently wrong.
+    kept one).  The base item owns what still fails with every feature off, and so does the
+    inputs item (it is paid for calls that are right and leave their inputs alone, so a mistake
+    no feature explains is its too).  So a wrong call that no ablation makes right belongs to
+    every item whose feature it has: no item is paid for output that is consistently wrong.
     """
     case = history[index]
     if ctx.focus == CUDA:
         return {CUDA}, set(), False
     # In a survey, an item that already failed needs no more evidence: its own run finds the
     # failure again.  (Ablations are fresh processes; they are most of a failing TODO 5's cost.)
-    candidates = [ctx.focus] if ctx.focus is not None else [i for i in (BASE, *FEATURE_OF) if i not in ctx.recorded]
+    candidates = [ctx.focus] if ctx.focus is not None else [i for i in (BASE, *FEATURE_OF, INPUTS) if i not in ctx.recorded]
     if not candidates:
         return set(), set(), False
     if (index or ctx.history) and _ablated(ctx, [case], 0, case).verdict is None:
@@ -230,7 +231,7 @@ def owners(ctx: ItemContext, history: list[Case], index: int, out: np.ndarray | 
     shown: set[str] = set()
 
     def owns(item: str) -> bool:
-        if item == BASE:
+        if item in (BASE, INPUTS):
             plain = case.plain()
             if plain != case and right(plain):
                 shown.add(BASE)  # the plain case, right: evidence for the base item
@@ -245,12 +246,13 @@ def owners(ctx: ItemContext, history: list[Case], index: int, out: np.ndarray | 
             return False
         return True
 
-    concerned = [BASE, *(item for item, feature in FEATURE_OF.items() if feature in on)]
+    features = [item for item, feature in FEATURE_OF.items() if feature in on]
+    concerned = [BASE, *features, INPUTS]
     found = {item for item in candidates if item in concerned and owns(item)}
-    if not found and ctx.focus in concerned and not any(owns(item) for item in concerned if item != ctx.focus):
+    if not found and ctx.focus in (BASE, *features) and not any(owns(item) for item in (BASE, *features) if item != ctx.focus):
         found = {ctx.focus}  # wrong, and no ablation puts the blame elsewhere
-    elif not found and ctx.focus is None and set(concerned) <= set(candidates):
-        found = set(concerned[1:]) or {BASE}
+    elif not found and ctx.focus is None and {BASE, *features} <= set(candidates):
+        found = set(features) or {BASE}
     return found, shown - found, False
 
 

@@ -52,6 +52,8 @@ CORNERS: tuple[tuple[dict[str, int], str], ...] = (
     ({"num_blocks": 5, "block_size": 1, "num_layers": 3, "num_kv_heads": 1, "head_dim": 64, "dtype_bytes": 3}, "keyword"),
     ({"num_blocks": 2**20, "block_size": 2**11, "num_layers": 2**7, "num_kv_heads": 2**6, "head_dim": 2**9, "dtype_bytes": 16}, "positional"),
     ({"num_blocks": 9, "block_size": 7, "num_layers": 1, "num_kv_heads": 64, "head_dim": 3, "dtype_bytes": 2}, "keyword"),
+    # Every field past 2**64, the per-token bytes too: a product in int64 (or uint64) wraps in each.
+    ({"num_blocks": 3, "block_size": 2, "num_layers": 10**7 + 19, "num_kv_heads": 10**6 + 3, "head_dim": 10**6 + 33, "dtype_bytes": 8}, "keyword"),
 )
 
 
