@@ -30,10 +30,13 @@ def test_reproductions_fail_on_the_submission_and_pass_on_the_reference() -> Non
     missing: list[str] = []
     paths = [*BUGGY, *(p for p in GAMING if not p.stem.startswith("slow_"))]
     grade_all(paths)
-    may_be_silent = {p.stem for p in paths if p in GAMING or "\n# repro: " in "\n".join(p.read_text(encoding="utf-8").splitlines()[:5])}
+    may_be_silent: set[str] = set()
     for path in paths:
         result = graded(path)
         submission = "\n\n".join(c.source for c in load_submission(path, 1 << 24).cells)
+        # The declaration sits in the header of the code (a notebook's first cell), not the file's bytes.
+        if path in GAMING or any(line.startswith("# repro: ") for line in submission.splitlines()[:5]):
+            may_be_silent.add(path.stem)
         failed = [i for i in result.items if i.status == "failed" and i.failure is not None]
         assert failed, f"{path.name} lost no points"
         for item in failed:
