@@ -4,8 +4,9 @@ Finding the students is grader/discovery.py, grading one of them in its own proc
 grader/runner.py, and the folder's files grader/classfolder.py; this module runs the batch.
 Results are recorded as each student finishes (files atomically, the gradebook row in one
 transaction), so a batch stopped by Ctrl-C, SIGTERM or a crash loses only the students in
-flight; running the same command again skips every student whose file bytes and grading
-configuration are unchanged, and retries the grader errors.
+flight; running the same command again skips every student whose file bytes (and the files of
+the folder their notebook runs in) and grading configuration are unchanged, and retries the
+grader errors.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import TextIO
 from grader.classfolder import error_result, write_student_files
 from grader.config import Config
 from grader.discovery import LeftOut, Student, file_sha256, file_time
+from grader.folder import folder_digest
 from grader.gradebook import BATCH, GRADED, LEFT_OUT, Gradebook
 from grader.job import GradeJob
 from grader.runner import Outcome, Runner
@@ -167,9 +169,11 @@ def run_batch(
             _record_left_out(book, out, student, config, lang)
             summary.left_out += 1
         todo: list[tuple[Student, str]] = []
+        folders: dict[str, str] = {}  # student -> their folder's files, as a grading copies them
         for student in students:
             sha = file_sha256(student.path)
-            if not force and sha and book.is_current(student.id, sha, config.digest):
+            folders[student.id] = folder_digest(student.path, student.folder, config.notebook)
+            if not force and sha and book.is_current(student.id, sha, config.digest, folders[student.id]):
                 summary.skipped += 1
             else:
                 todo.append((student, sha))
@@ -191,7 +195,7 @@ def run_batch(
                 while pending:
                     done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
                     for future in done:
-                        _finish(future, by_future[future], book, out, lang, summary, progress, on_record)
+                        _finish(future, by_future[future], folders, book, out, lang, summary, progress, on_record)
                     if runner.cold_reason and not noted_cold:
                         noted_cold = True
                         progress.note(f"the judge server stopped answering ({runner.cold_reason}): the rest in processes of their own")
@@ -227,6 +231,7 @@ def _start_warm(runner: Runner, device: str, out: Path, progress: Progress) -> N
 def _finish(
     future: Future[Outcome | None],
     student: Student,
+    folders: dict[str, str],
     book: Gradebook,
     out: Path,
     lang: str,
@@ -238,6 +243,7 @@ def _finish(
         outcome = future.result()
         if outcome is None:  # the batch is stopping: nothing to record
             return
+        outcome.result.folder_sha256 = folders.get(outcome.student.id, "")
         _record(book, out, outcome, lang)
     except Exception as error:  # one student's trouble (a full disk, a bug) never ends the batch
         summary.errors += 1

@@ -155,6 +155,21 @@ def plan(submission: Path, folder: Path | None, env: NotebookEnvironment) -> Fol
     return copy
 
 
+def folder_digest(submission: Path, folder: Path | None, env: NotebookEnvironment) -> str:
+    """What of the folder a grading copies next to the submission, as one sha256: each file's path
+    and bytes, and what was left out.  "" for a submission graded alone.  A batch re-grades a
+    student whose helper module or data file changed even when the notebook did not."""
+    if folder is None:
+        return ""
+    copy = plan(submission, folder, env)
+    digest = hashlib.sha256()
+    for relative, path in copy.files:
+        if path != submission:
+            digest.update(f"{relative}\0{_digest(path)}\n".encode())
+    digest.update(repr(sorted(copy.left_out.items())).encode())
+    return digest.hexdigest()
+
+
 def _walk(root: Path, max_depth: int, private: frozenset[Path], leave: Callable[[str], None]) -> Iterator[tuple[Path, list[str]]]:
     """(folder, its entries' names), top-down and sorted; never through a link, never into a
     private folder, a folder whose name starts with a dot, or __pycache__."""

@@ -212,11 +212,13 @@ class Gradebook:
         row = self.db.execute("SELECT * FROM latest WHERE student_id = ?", (student,)).fetchone()
         return _entry(row) if row else None
 
-    def is_current(self, student: str, sha256: str, config_digest: str) -> bool:
-        """Already graded from these exact bytes under this configuration (errors do not count)."""
+    def is_current(self, student: str, sha256: str, config_digest: str, folder_sha256: str = "") -> bool:
+        """Already graded from these exact bytes (the notebook's, and its folder's files: `folder_sha256`)
+        under this configuration (errors do not count)."""
         # Only this machine's own grading counts: an imported result cannot make a re-grade skip.
         entry = self.latest_made_here(student)
-        return entry is not None and entry.sha256 == sha256 and entry.config_digest == config_digest and entry.status == GRADED
+        return (entry is not None and entry.sha256 == sha256 and entry.config_digest == config_digest and entry.status == GRADED
+                and entry.result.folder_sha256 == folder_sha256)
 
     def current(self) -> list[Entry]:
         """Every student's latest submission, by student id."""

@@ -100,6 +100,7 @@ class GradeResult:
     given_code: list[Failure] = field(default_factory=list)  # given (non-TODO) code changed or behaving differently
     random_cases: dict[str, str] = field(default_factory=dict)  # {"kind": "secret" | "public" | "given", "zh": ..., "en": ...}
     skipped: list[SkippedLine] = field(default_factory=list)  # lines not run while grading (shell, installs, debuggers)
+    folder_sha256: str = ""  # a batch's: the notebook folder's files as graded (grader/folder.py folder_digest)
 
     @property
     def max_score(self) -> float:
@@ -162,4 +163,5 @@ class GradeResult:
             given_code=[f for f in (failure(g) for g in data.get("given_code") or []) if f is not None],
             random_cases={str(k): str(v) for k, v in (data.get("random_cases") or {}).items()},
             skipped=[SkippedLine(**s) for s in data.get("skipped") or [] if isinstance(s, dict)],
+            folder_sha256=str(data.get("folder_sha256") or ""),
         )

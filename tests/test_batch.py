@@ -362,6 +362,42 @@ def test_a_batch_started_with_sigint_ignored_still_stops_on_it_and_resumes(tmp_p
         ]
 
 
+def test_a_changed_file_beside_the_notebook_is_graded_again(tmp_path: Path) -> None:
+    """A notebook runs in a copy of its student's folder: a batch re-grades the student when a
+    helper module or a data file there changed, or a new one came, though the notebook did not."""
+    subs, out = tmp_path / "subs", tmp_path / "out"
+    (subs / "alice").mkdir(parents=True)
+    (subs / "alice" / "notebook.ipynb").write_text("{}")
+    (subs / "alice" / "kv_helpers.py").write_text("BLOCK = 16\n")
+    (subs / "bob.ipynb").write_text("{}")  # graded alone: nothing beside it counts
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps(to_results_json(synthetic(None), "en")))
+    fake = _fake_python(tmp_path, FAKE_GRADER.split("\n", 1)[1])
+    env = {**os.environ, "FAKE_RESULT": str(result), "FAKE_PYTHON": sys.executable, "FAKE_FINISH": "ipynb"}
+    argv = [sys.executable, "-c", DRIVER, str(out), fake, str(subs)]
+
+    def batch() -> str:
+        proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stderr
+
+    def graded_times() -> dict[str, int]:
+        with Gradebook.in_dir(out) as book:
+            return {e.student: len(book.history(e.student)) for e in book.current()}
+
+    batch()
+    assert graded_times() == {"alice": 1, "bob": 1}
+    assert "2 unchanged since their last grading: skipped" in batch()
+    (subs / "alice" / "kv_helpers.py").write_text("BLOCK = 8\n")
+    assert "1 unchanged since their last grading: skipped" in batch()
+    assert graded_times() == {"alice": 2, "bob": 1}
+    (subs / "alice" / "tokens.csv").write_text("1,2,3\n")
+    (subs / "carol.txt").write_text("beside bob, in the class's folder")
+    batch()
+    assert graded_times() == {"alice": 3, "bob": 1}
+    assert "2 unchanged since their last grading: skipped" in batch()
+
+
 # -- the whole class, killed twice and resumed -------------------------------------------------
 
 
