@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -240,6 +241,34 @@ def test_nothing_left_when_the_judge_is_killed(tmp_path: Path, namespaces: str) 
     assert [p for p in LEAK_FILES if os.path.exists(p)] == []
     if not IPC_NS or namespaces == "0":
         ctypes.CDLL(None).mq_unlink(b"/pa-leak")  # POSIX queues: not defended without an IPC namespace (README)
+
+
+def test_a_private_directory_whose_judge_died_first_is_swept_by_the_next_grading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A judge SIGKILLed before its keeper existed leaves its private directory: the next
+    grading's sandbox removes it, and nothing of a live judge's, a link or a stranger's name."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    stale = tmp_path / f"pa-grade-{gone.pid}-k3x9q1zz"
+    (stale / "work").mkdir(parents=True)
+    (stale / "work" / "left.txt").write_text("x")
+    (stale / "judge.sock").write_text("")
+    live = tmp_path / f"pa-grade-{os.getppid()}-a1b2c3d4"
+    live.mkdir()
+    other = tmp_path / "pa-grade-notapid"
+    other.mkdir()
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (tmp_path / f"pa-grade-{gone.pid}-linkname").symlink_to(target)
+    sandbox = Sandbox(SOLUTION, CONFIG.limits)
+    try:
+        assert sandbox.tmp.parent == tmp_path and sandbox.tmp.name.startswith(f"pa-grade-{os.getpid()}-")
+        assert not stale.exists()
+        assert live.is_dir() and other.is_dir() and target.is_dir()
+        assert (tmp_path / f"pa-grade-{gone.pid}-linkname").is_symlink()
+    finally:
+        sandbox.close()
+    assert not sandbox.tmp.exists()
 
 
 def _marked(marker: str) -> list[int]:

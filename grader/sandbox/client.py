@@ -46,7 +46,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -76,7 +75,7 @@ from grader.sandbox.protocol import (
     _send,
     _skipped_line,
 )
-from grader.sandbox.reaping import _parent_of, _peer_pid, _peer_uid, kill_descendants
+from grader.sandbox.reaping import _parent_of, _peer_pid, _peer_uid, kill_descendants, make_private_dir
 from grader.sandbox.session import Session
 from grader.submission import Cell
 
@@ -140,7 +139,7 @@ class Sandbox:
         self.ipc_before = ipc.snapshot()
         # As root, a uid of this grading's own: nothing of it can touch another grading's.
         self.uid = uids.claim()
-        self.tmp = Path(tempfile.mkdtemp(prefix="pa-grade-"))
+        self.tmp = Path(make_private_dir())
         self.workdir = self.tmp / "work"
         self.workdir.mkdir()
         self.shared_dir = self.tmp / "io"  # the judge's input files, shared with the submission read-write

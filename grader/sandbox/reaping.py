@@ -1,11 +1,15 @@
-"""Finding and killing a worker's processes, and telling who is on the other end of a socket."""
+"""Finding and killing a worker's processes, telling who is on the other end of a socket, and
+the private directories judges that died left behind."""
 
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import signal
 import socket
 import struct
+import tempfile
 import time
 
 
@@ -77,3 +81,37 @@ def _peer_uid(conn: socket.socket) -> int:
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     _, uid, _ = struct.unpack("3i", creds)
     return uid
+
+
+PRIVATE_PREFIX = "pa-grade-"  # + the judge's pid + "-": a grading's private directory in the temp dir
+
+
+def make_private_dir() -> str:
+    """A grading's private directory, named by its judge's pid, after removing those whose judge
+    died before its keeper could (a SIGKILL between making it and starting the worker)."""
+    parent = tempfile.gettempdir()
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        entries = []
+    for entry in entries:
+        found = re.fullmatch(re.escape(PRIVATE_PREFIX) + r"(\d+)-\w+", entry.name)
+        if found is None or _alive(int(found.group(1))):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if entry.is_dir(follow_symlinks=False) and info.st_uid == os.geteuid():  # ours, never a link
+            shutil.rmtree(entry.path, ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{PRIVATE_PREFIX}{os.getpid()}-")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
