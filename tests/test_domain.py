@@ -74,6 +74,8 @@ def simulate(program: allocation.Program) -> set[str]:
                 seen.add("decode opens a block" + (" with block_size 1" if block_size == 1 else " of hundreds of slots" if block_size >= 256 else ""))
                 if block_size == allocation.LARGEST_BLOCK and len(req["table"]) > 1:
                     seen.add("decode opens a block after several of the largest size")
+                if free != sorted(free):
+                    seen.add("decode opens a block from a free list out of order")
                 req["table"].append(free.pop(0))
             else:
                 seen.add("decode within a block")
@@ -108,7 +110,8 @@ def test_prefill_corners(corner: str) -> None:
     "corner",
     ["block_size 1", "block_size not a power of two", "decode opens a block", "decode opens a block with block_size 1", "decode opens a block of hundreds of slots", "decode within a block",
      "decode OOM", "decode on a full pool that needs no block", "request id used again after release", "several requests hold blocks",
-     "decode of a request whose id a released, decoded request had", "decode opens a block after several of the largest size"],
+     "decode of a request whose id a released, decoded request had", "decode opens a block after several of the largest size",
+     "decode opens a block from a free list out of order"],
 )
 def test_decode_corners(corner: str) -> None:
     assert corner in _all(allocation.DECODE_CORNERS)
@@ -132,6 +135,8 @@ def test_ledger_corners() -> None:
         assert any(ledger.expected(d, style)[field] > 2**64 for d, style in ledger.CORNERS), field
     assert any(all(v == 1 for v in d.values()) for d, _ in ledger.CORNERS)
     assert {d["dtype_bytes"] for d, _ in ledger.CORNERS} >= {1, 2, 4, 8, 3}
+    # The same arguments again after the caller changed the first result (an lru_cache'd dict).
+    assert any(len(calls) > 1 and calls[-1][0] == calls[0][0] for calls in ledger.EDITED_CALLS)
 
 
 def test_reconstruction_corners() -> None:

@@ -29,7 +29,7 @@ from grader.results import Failure
 # Corner cases, as small programs (the form Pool.program records, so any example can be run
 # again): ("pool", num_blocks, block_size, head_dim), ("new", prompt_len, request_id),
 # ("prefill" | "decode" | "release", request index), ("place", request index, free-list
-# indices popped in order).
+# indices popped in order), ("permute", the free list's new order as indices).
 Program = tuple[tuple[Any, ...], ...]
 
 
@@ -89,6 +89,10 @@ DECODE_CORNERS: tuple[Program, ...] = (
     (("pool", 4, 5, 1), *_placed((5, 0, (2,)), (9, 1, (0, 1))), ("decode", 0), ("decode", 1), ("decode", 1), *(("decode", 0),) * 5),
     # block size 7, a long run of decodes in one block
     (("pool", 2, 7, 1), *_placed((1, 3, (1,))), *(("decode", 0),) * 7),
+    # the free list in another order (any order is legal): the block taken is the one removed
+    (("pool", 6, 2, 1), *_placed((2, 0, (1,))), ("permute", (3, 0, 4, 2, 1)), ("decode", 0), ("decode", 0), ("permute", (2, 0, 1, 3)),
+     ("decode", 0), ("decode", 0), ("decode", 0)),
+    (("pool", 4, 1, 2), *_placed((1, 0, (0,))), ("permute", (2, 0, 1)), ("decode", 0), ("decode", 0)),
 )
 
 
@@ -195,6 +199,15 @@ def make_machine(ctx: ItemContext, todo: str) -> type[RuleBasedStateMachine]:
             req = _pick(data, self._held(), "request")
             self._do(lambda: self.pool.release(req))
 
+        # The free list in any order (legal; the given release keeps it sorted, so only this
+        # shows a prefill or a decode that takes one block and removes another).
+        @precondition(lambda self: self.pool is not None and len(self.pool.free) > 1)
+        @rule(data=st.data())
+        def permute(self, data: st.DataObject) -> None:
+            assert self.pool is not None
+            order = data.draw(st.permutations(range(len(self.pool.free))), label="free list order")
+            self._do(lambda: self.pool.permute(list(order)))
+
         if todo == "TODO 2":
 
             @initialize(data=st.data())
@@ -225,13 +238,6 @@ def make_machine(ctx: ItemContext, todo: str) -> type[RuleBasedStateMachine]:
                     return []
                 live = _live_ids(self.pool)
                 return [r for r in self.pool.requests if not r.table and r.request_id not in live]
-
-            @precondition(lambda self: self.pool is not None and len(self.pool.free) > 1)
-            @rule(data=st.data())
-            def permute(self, data: st.DataObject) -> None:
-                assert self.pool is not None
-                order = data.draw(st.permutations(range(len(self.pool.free))), label="free list order")
-                self._do(lambda: self.pool.permute(list(order)))
 
             @precondition(lambda self: bool(self._again()))
             @rule(data=st.data())

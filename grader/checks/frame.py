@@ -94,9 +94,18 @@ class Kept:
         self._next += 1
         return self._next
 
+    def last(self) -> int:
+        """The key the last call was sent with."""
+        return self._next
+
     def add(self, key: int, digest: str, label: str) -> None:
         self.digests[key] = digest
         self.labels[key] = label
+
+    def forget(self, key: int) -> None:
+        """The caller changed this result itself (its own to change): it is no longer compared."""
+        self.digests.pop(key, None)
+        self.labels.pop(key, None)
 
     def spec(self) -> list[int] | None:
         """What to add to a call's snapshot (`kept=`) for its reply to say how the kept results are

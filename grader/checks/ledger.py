@@ -63,6 +63,13 @@ CORNER_CALLS: tuple[tuple[tuple[dict[str, int], str], ...], ...] = (
     (CORNERS[1], CORNERS[3]),
     (CORNERS[2], CORNERS[5], CORNERS[0]),
 )
+# The caller zeroes what each call returned (its own to change), then calls again with the
+# same arguments: a result kept and handed out again (an lru_cache) shows.
+EDITED_CALLS: tuple[tuple[tuple[dict[str, int], str], ...], ...] = (
+    (CORNERS[1], CORNERS[1]),
+    (CORNERS[2], CORNERS[5], CORNERS[2]),
+    (CORNERS[3], (CORNERS[3][0], "keyword")),
+)
 
 
 def expected(d: dict[str, int], style: str) -> dict[str, int]:
@@ -88,20 +95,31 @@ def call_text(d: dict[str, int], style: str) -> str:
 FIELDS_OF = {"todo1.per_token": ("kv_bytes_per_token",), "todo1.per_block_and_total": ("kv_bytes_per_block", "total_cache_bytes")}
 
 
-def check_calls(ctx: ItemContext, calls: tuple[tuple[dict[str, int], str], ...]) -> None:
-    """One to three calls in one process; each field is checked for the item it belongs to (every
-    item in a survey), and what a call returned must not change when the function is called again."""
-    script = ctx.begin(lambda c: check_calls(c, calls))
+def check_calls(ctx: ItemContext, calls: tuple[tuple[dict[str, int], str], ...], edit: bool = False) -> None:
+    """One to four calls in one process; each field is checked for the item it belongs to (every
+    item in a survey), and what a call returned must not change when the function is called again.
+    `edit`: the caller zeroes each result but the last (its own to change) before the next call."""
+    script = ctx.begin(lambda c: check_calls(c, calls, edit))
     several = len(calls) > 1
     if several:
         script.add("import copy")
+    edited: list[int] = []
     for number, (d, style) in enumerate(calls, start=1):
-        if _check_call(ctx, script, d, style, number if several else 0):
-            _earlier_changed(ctx, script, number)
+        editing = edit and number < len(calls)
+        if _check_call(ctx, script, d, style, number if several else 0, save=not editing):
+            _earlier_changed(ctx, script, number, edited)
             return
+        if editing:
+            key = ctx.kept.last()
+            script.add("for name in ledger: ledger[name] = 0", "the caller's to change: later calls must not see it",
+                       "返回值属于调用者，可以修改：之后的调用不应受影响")
+            ctx.kept.forget(key)
+            if not ctx.call("edit_kept", key=key).ok:
+                return  # the result cannot be changed as a dict: nothing to see
+            edited.append(number)
 
 
-def _check_call(ctx: ItemContext, script: Script, d: dict[str, int], style: str, number: int) -> list[str]:
+def _check_call(ctx: ItemContext, script: Script, d: dict[str, int], style: str, number: int, save: bool = True) -> list[str]:
     """One call, its fields checked; the earlier results of the example it changed (frame)."""
     comment = ("dtype_bytes left to its default, 2", "dtype_bytes 使用默认值 2") if style == "default_dtype" else ("", "")
     script.add(call_text(d, style), *comment)
@@ -129,12 +147,12 @@ def _check_call(ctx: ItemContext, script: Script, d: dict[str, int], style: str,
         condition, messages, zh, en, expected_text, actual = problem
         script.expect(condition, *messages)
         raise ctx.fail("wrong", zh, en, expected=expected_text, actual=actual)
-    if number:
+    if number and save:
         script.add(f"ledger{number}, saved{number} = ledger, copy.deepcopy(ledger)", "what this call returned, and a copy", "这次调用的返回值及其副本")
     return changed
 
 
-def _earlier_changed(ctx: ItemContext, script: Script, number: int) -> None:
+def _earlier_changed(ctx: ItemContext, script: Script, number: int, edited: list[int]) -> None:
     """A later call changed the dict an earlier one returned (one dict used again): the result
     belongs to the caller, so every field of it is wrong from then on."""
     zh = "再次调用 estimate_kv_cache_bytes 改变了之前返回的 dict（每次都返回同一个对象？返回值属于调用者）"
@@ -143,8 +161,11 @@ def _earlier_changed(ctx: ItemContext, script: Script, number: int) -> None:
         if not ctx.focused(item):
             ctx.record(item, zh, en)
     if ctx.focus in FIELDS_OF:
-        checks = " and ".join(f"ledger{k} == saved{k}" for k in range(1, number))
-        script.expect(checks, "an earlier result changed: now {ledger1}, returned as {saved1}", "之前的返回值被改变：现在 {ledger1}，返回时 {saved1}")
+        saved = [k for k in range(1, number) if k not in edited]
+        checks = " and ".join(f"ledger{k} == saved{k}" for k in saved)
+        first = saved[0] if saved else 1
+        script.expect(checks, f"an earlier result changed: now {{ledger{first}}}, returned as {{saved{first}}}",
+                      f"之前的返回值被改变：现在 {{ledger{first}}}，返回时 {{saved{first}}}")
         raise ctx.fail("wrong", zh, en, expected="earlier results unchanged", actual="changed by a later call")
 
 
@@ -176,13 +197,16 @@ def plan(run: ItemContext) -> tuple[list[Callable[[], None]], Explore]:
     def explore(round_: int, examples: int) -> None:
         @seed(run.seed(round_))
         @hypothesis_settings(run.config, examples or run.config.hypothesis.max_examples)
-        @given(st.lists(st.tuples(dims, styles), min_size=1, max_size=3))
-        def test(calls: list[tuple[dict[str, int], str]]) -> None:
-            check_calls(run, tuple(calls))
+        @given(st.lists(st.tuples(dims, styles), min_size=1, max_size=3), st.booleans())
+        def test(calls: list[tuple[dict[str, int], str]], edit: bool) -> None:
+            # Edited: the first call's arguments once more at the end, after the caller's edits.
+            check_calls(run, (*calls, calls[0]) if edit else tuple(calls), edit)
 
         test()
 
-    return [lambda calls=calls: check_calls(run, calls) for calls in CORNER_CALLS], explore
+    corners = [lambda calls=calls: check_calls(run, calls) for calls in CORNER_CALLS]
+    edited = [lambda calls=calls: check_calls(run, calls, edit=True) for calls in EDITED_CALLS]
+    return [*corners, *edited], explore
 
 
 def check_ledger(ctx: ItemContext) -> Failure | None:

@@ -88,6 +88,17 @@ class Session:
         self.handles, self.pools = {}, {}  # an example's objects are its own (and their pools unmapped)
         return None
 
+    def op_edit_kept(self, msg):
+        """The caller changes what a call gave it (its own to change): every entry set to 0.  A
+        later call must not see that (a result kept and handed out again, an lru_cache)."""
+        value = self.example.get("results", {}).get(str(msg["key"]))
+        if isinstance(value, dict):
+            for name in list(value):
+                value[name] = 0
+        elif isinstance(value, list):
+            value[:] = [0] * len(value)
+        return None
+
     def op_permute(self, msg):
         """Reorder the free list (any order is legal): what the reproduction writes."""
         manager = self.handles[msg["manager"]]
