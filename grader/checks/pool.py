@@ -406,8 +406,9 @@ class Pool(ContractState):
             zh, en = f"{where_zh}：应抛出 RuntimeError('OOM')，却正常返回了", f"{where}: expected RuntimeError('OOM'), but the call returned"
             expected, actual = "RuntimeError mentioning OOM", "no exception; " + o.after.text()
         elif not right_error:
-            zh, en = f"{where_zh}：应抛出信息含 OOM 的 RuntimeError", f"{where}: the call must raise a RuntimeError whose message contains OOM"
-            expected, actual = "RuntimeError: ...OOM...", f"{error.get('type')}: {error.get('message')}"
+            got = f"{error.get('type')}: {str(error.get('message', ''))[:200]}"
+            zh, en = f"{where_zh}：应抛出信息含 OOM 的 RuntimeError，实际抛出 {got}", f"{where}: the call must raise a RuntimeError whose message contains OOM; it raised {got}"
+            expected, actual = "RuntimeError: ...OOM...", got
         else:
             zh = f"{where_zh}：OOM 之后状态被改动了，应当与调用前完全相同（原子性 / 回滚）"
             en = f"{where}: the failed call changed state; it must leave everything exactly as before (atomicity / rollback)"
