@@ -199,15 +199,6 @@ def make_machine(ctx: ItemContext, todo: str) -> type[RuleBasedStateMachine]:
             req = _pick(data, self._held(), "request")
             self._do(lambda: self.pool.release(req))
 
-        # The free list in any order (legal; the given release keeps it sorted, so only this
-        # shows a prefill or a decode that takes one block and removes another).
-        @precondition(lambda self: self.pool is not None and len(self.pool.free) > 1)
-        @rule(data=st.data())
-        def permute(self, data: st.DataObject) -> None:
-            assert self.pool is not None
-            order = data.draw(st.permutations(range(len(self.pool.free))), label="free list order")
-            self._do(lambda: self.pool.permute(list(order)))
-
         if todo == "TODO 2":
 
             @initialize(data=st.data())
@@ -238,6 +229,17 @@ def make_machine(ctx: ItemContext, todo: str) -> type[RuleBasedStateMachine]:
                     return []
                 live = _live_ids(self.pool)
                 return [r for r in self.pool.requests if not r.table and r.request_id not in live]
+
+            # The free list in any order (legal; the given release keeps it sorted, so only
+            # this shows a prefill that takes some blocks and removes others).  TODO 3's
+            # reordered lists are its corners': a rule of its own there took the steps that
+            # reach an OOM and a full pool, and cost a grading 0.7 to 1.4 s.
+            @precondition(lambda self: self.pool is not None and len(self.pool.free) > 1)
+            @rule(data=st.data())
+            def permute(self, data: st.DataObject) -> None:
+                assert self.pool is not None
+                order = data.draw(st.permutations(range(len(self.pool.free))), label="free list order")
+                self._do(lambda: self.pool.permute(list(order)))
 
             @precondition(lambda self: bool(self._again()))
             @rule(data=st.data())
