@@ -248,14 +248,15 @@ def _sweep_stale() -> None:
     """Remove empty cgroups left by gradings whose judge and keeper both died (named by the judge's pid)."""
     for path in existing():
         owner = os.path.basename(path)[len(PREFIX) :].split("-", 1)[0]
-        if owner.isdigit() and not _alive(int(owner)):
+        if owner.isdigit() and not alive(int(owner)):
             try:
                 os.rmdir(path)  # refused while it holds a process: left alone
             except OSError:
                 pass
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether a process with this pid exists (one of another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

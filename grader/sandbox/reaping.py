@@ -12,6 +12,8 @@ import struct
 import tempfile
 import time
 
+from grader.sandbox.cgroups import alive
+
 
 def _process_table() -> dict[int, list[int]]:
     """Parent pid -> live child pids, from /proc (zombies left out: they are already dead)."""
@@ -96,7 +98,7 @@ def make_private_dir() -> str:
         entries = []
     for entry in entries:
         found = re.fullmatch(re.escape(PRIVATE_PREFIX) + r"(\d+)-\w+", entry.name)
-        if found is None or _alive(int(found.group(1))):
+        if found is None or alive(int(found.group(1))):
             continue
         try:
             info = entry.stat(follow_symlinks=False)
@@ -105,13 +107,3 @@ def make_private_dir() -> str:
         if entry.is_dir(follow_symlinks=False) and info.st_uid == os.geteuid():  # ours, never a link
             shutil.rmtree(entry.path, ignore_errors=True)
     return tempfile.mkdtemp(prefix=f"{PRIVATE_PREFIX}{os.getpid()}-")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
