@@ -57,11 +57,16 @@ CORNERS: tuple[tuple[dict[str, int], str], ...] = (
 )
 
 
+# Every field 2**61: Python hashes an int modulo 2**61 - 1, so these hash as the all-ones corner
+# does.  After it, a cache keyed by hash() hands back the all-ones answer.
+HASH_TWIN = ({name: 2**61 for name in FIELDS}, "keyword")
+
 # Each corner alone, then two and three calls in one process (a result must not change after).
 CORNER_CALLS: tuple[tuple[tuple[dict[str, int], str], ...], ...] = (
     *((corner,) for corner in CORNERS),
     (CORNERS[1], CORNERS[3]),
     (CORNERS[2], CORNERS[5], CORNERS[0]),
+    (CORNERS[0], HASH_TWIN),
 )
 # The caller zeroes what each call returned (its own to change), then calls again with the
 # same arguments: a result kept and handed out again (an lru_cache) shows.
