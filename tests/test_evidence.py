@@ -27,12 +27,12 @@ def _short_budget():
 
 
 def test_a_right_ledger_that_paces_its_calls_earns_nothing(tmp_path: Path) -> None:
-    """Right answers, a second each: the corners finish, the random cases do not reach N in the budget.
+    """Right answers, half a second each: the corners (25 calls) finish, the random cases do not reach N in the budget.
     (A sleep costs no CPU: what ends it is the item's wall-clock backstop, 3 times its CPU budget.)"""
     marker = "    layout_shape = [num_layers, 2, num_kv_heads, block_size, head_dim]\n"
     assert marker in REFERENCE
     path = tmp_path / "paced.py"
-    path.write_text("import time\n" + REFERENCE.replace(marker, "    time.sleep(1.0)\n" + marker), encoding="utf-8")
+    path.write_text("import time\n" + REFERENCE.replace(marker, "    time.sleep(0.5)\n" + marker), encoding="utf-8")
     result = grade_path(path, _short_budget(), "cpu", todos={"todo1"})
     for item in result.items:
         assert item.status == "failed" and item.failure is not None and item.failure.kind == "too_slow", item
