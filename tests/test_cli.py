@@ -70,8 +70,8 @@ def _codes(text: str) -> set[int]:
 
 
 def _readme_row(first_cell: str) -> str:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("### Exit statuses") :]
+    readme = (ROOT / "docs" / "ta.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Exit statuses") :]
     return next(line for line in section.splitlines() if line.startswith(f"| {first_cell} |"))
 
 
@@ -83,7 +83,7 @@ def test_every_exit_status_of_every_verb_is_documented(verb: str, capsys: pytest
     assert "Exit status:" in shown and cli.COMMON_EXITS.split()[-1] in shown
     documented = _codes(shown)
     assert 0 in documented
-    # The README's table says the same as --help, code for code.
+    # docs/ta.md's table says the same as --help, code for code.
     assert {int(code) for code in re.findall(r"`(\d{1,3})`", _readme_row(f"`{verb}`"))} == documented, verb
     common = {int(code) for code in re.findall(r"`(\d{1,3})`", _readme_row("every verb"))}
     assert common == {cli.EXIT_USAGE, cli.EXIT_INTERRUPTED, cli.EXIT_CLOSED_PIPE}
