@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from grader import gradebook
 from grader.config import TODOS
 from grader.gradebook import BATCH, CI, GRADESCOPE, LEGACY_IMPORT, Entry
+from grader.report.labels import not_graded
 
 
 class Status:
@@ -100,7 +101,8 @@ def of(entry: Entry, lang: str, identical_to: tuple[str, ...] = ()) -> Standing:
     result = entry.result
     if entry.status != gradebook.GRADED or result.error is not None:
         status = {gradebook.LEFT_OUT: Status.LEFT_OUT, gradebook.ERROR: Status.GRADER_ERROR}.get(entry.status, Status.NOT_GRADABLE)
-        reason = result.error.message.get(lang) if result.error is not None else ""
+        why = result.error.message.get(lang) if result.error is not None else word(STATUS_WORDS, status, lang)
+        reason = not_graded(why, lang)  # the same sentence as the student's scorecard and results.json
         return Standing(entry.student, status, None, None, None, reason=_one_line(reason), source=entry.source,
                         submitted_at=entry.submitted_at, recorded_at=entry.graded_at, identical_to=identical_to)
     per_todo = result.todo_scores()
