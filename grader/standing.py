@@ -80,7 +80,8 @@ def identical(entries: list[Entry]) -> dict[str, tuple[str, ...]]:
     """
     by_hash: dict[str, list[str]] = {}
     for entry in entries:
-        if entry.sha256:
+        # Only files that were graded: two empty or broken files are alike, and say nothing.
+        if entry.sha256 and entry.status == gradebook.GRADED and entry.result.error is None:
             by_hash.setdefault(entry.sha256, []).append(entry.student)
     same: dict[str, tuple[str, ...]] = {}
     for students in by_hash.values():

@@ -213,3 +213,42 @@ def test_one_truth_for_a_student_without_a_grade(tmp_path: Path) -> None:
     assert sentence in page
     zh = json.loads(json.dumps(classfolder.gradescope.to_results_json(result, "zh"), ensure_ascii=False))
     assert zh["output"].startswith("未评分：提交的文件是空的")
+
+
+@pytest.mark.slow
+def test_a_class_of_hostile_file_names_each_gets_a_row_a_scorecard_and_a_safe_line(tmp_path: Path) -> None:
+    """grade-batch end to end on files named as an attacker would (empty files: not gradable, fast)."""
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    stems = ["bob\rnext=2+5", "carol\n@SUM(A1:A9)", f"dave{OSC52}", "fay \"the\" 'quote'", "=2+5", "-1", "Alice", "alice",
+             NFC, NFD, "alice@uni.edu", "alice_uni.edu-0f5784", "x" * 240, "é" * 120, "x\\..\\..\\evil", "\u202egnp"]
+    for stem in stems:
+        (subs / f"{stem}.py").write_bytes(b"")
+    (subs / ".hidden.py").write_bytes(b"")  # a hidden file is nobody's submission
+    (subs / os.fsdecode(b"bad\xff.py")).write_bytes(b"")
+    (subs / "gina").mkdir()  # the named notebook beside a stray one: the named one is graded
+    named = load_config().submission_file
+    (subs / "gina" / named).write_bytes(b"")
+    (subs / "gina" / "Untitled.ipynb").write_text("{}")
+    if len(list(subs.iterdir())) < len(stems) + 3:
+        pytest.skip("this file system folds case or normalisation")
+    out = tmp_path / "class"
+    proc = cli("grade-batch", str(subs), "--out", str(out), "-j", "2", "--lang", "en", "--cold")
+    assert proc.returncode == 0, proc.stderr
+    assert not any(c in proc.stderr.replace("\n", "") for c in CONTROL), proc.stderr
+    assert "dave\\x1b]52;c;cm0gLXJmIH4=\\x07: not gradable" in proc.stderr
+    assert "differ only by case or Unicode normalisation" in proc.stderr
+    with Gradebook.in_dir(out) as book:
+        ids = book.students()
+        assert len(ids) == len(stems) + 2
+        assert book.latest("gina").path.endswith(named)
+    cards = list((out / "students").iterdir())
+    assert len(cards) == 3 * len(ids) and len({classfolder.slug(sid) for sid in ids}) == len(ids)
+    assert all(json.loads((out / "students" / f"{classfolder.slug(sid)}.json").read_text())["tests"] == [] for sid in ids)
+    exported = cli("export", "--out", str(out), "--lang", "en", "--csv", str(tmp_path / "grades.csv"))
+    assert exported.returncode == 0, exported.stderr
+    table = list(csv.reader(io.StringIO((tmp_path / "grades.csv").read_text(encoding="utf-8"), newline="")))
+    assert len(table) == len(ids) + 1 and all(row[9] == "not_gradable" and row[10].startswith("Not graded: ") for row in table[1:])
+    assert not any(c in cell for row in table for cell in row for c in CONTROL)
+    page = (out / "dashboard.html").read_text(encoding="utf-8")
+    assert page.count("<tr data-student=") == len(ids)

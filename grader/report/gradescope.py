@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from grader.report.budget import fit
-from grader.report.labels import not_graded, paren, status_word, word
+from grader.report.labels import colon, not_graded, paren, status_word, word
 from grader.report.text import render as render_text
 from grader.results import NOT_RUN, PASSED, GradeResult, ItemResult
 
@@ -19,13 +19,14 @@ def item_output(item: ItemResult, lang: str) -> str:
     if item.failure is None:
         return status_word(item.status, lang)
     parts = [item.failure.message.get(lang)]
+    said = colon(lang)  # "：" in Chinese
     if item.failure.expected or item.failure.actual:
-        parts.append(f"{word('expected', lang)}: {item.failure.expected}\n{word('actual', lang)}: {item.failure.actual}")
+        parts.append(f"{word('expected', lang)}{said}{item.failure.expected}\n{word('actual', lang)}{said}{item.failure.actual}")
     repro = item.failure.repro_for(lang)
     if repro:
-        parts.append(f"{word('repro', lang)}:\n{repro}")
+        parts.append(f"{word('repro', lang)}{said.rstrip()}\n{repro}")
     if item.failure.traceback:
-        parts.append(f"{word('traceback', lang)}:\n{item.failure.traceback}")
+        parts.append(f"{word('traceback', lang)}{said.rstrip()}\n{item.failure.traceback}")
     return "\n\n".join(parts)
 
 

@@ -71,7 +71,7 @@ def failure_lines(failure: Failure, lang: str, first: bool) -> list[str]:
 
 
 def _header(result: GradeResult, lang: str) -> str:
-    return f"{word('score', lang)}{colon(lang)}{result.score:g} / {result.max_score:g}   ({result.submission})"
+    return f"{word('score', lang)}{colon(lang)}{result.score:g} / {result.max_score:g}  {paren(result.submission, lang)}"
 
 
 def _not_graded(result: GradeResult, lang: str) -> str:
