@@ -45,3 +45,15 @@ def choose(files: Sequence[Path], named: str) -> Choice:
     if not notebooks and len(scripts) == 1:
         return Choice(scripts[0], "only script")
     return Choice(None, "several" if gradable else "none")
+
+
+def notebook_in(folder: Path, named: str) -> str | None:
+    """The notebook a kernel started in `folder` most likely runs, for a card's title when the
+    front end does not say (nbclient, classic Jupyter set no JPY_SESSION_NAME): the assignment's
+    file if it is there, else the only notebook there; None when that cannot be told."""
+    try:
+        notebooks = sorted(p for p in folder.iterdir() if p.suffix.lower() == NOTEBOOK and not p.name.startswith(".") and p.is_file())
+    except OSError:
+        return None
+    choice = choose(notebooks, named)
+    return choice.path.name if choice.path is not None and choice.rule in ("named", "only notebook") else None

@@ -38,7 +38,7 @@ STATUS_WORDS = {
     Status.GRADED: ("已评分", "graded"),
     Status.NOT_GRADABLE: ("无法评分", "could not be graded"),
     Status.GRADER_ERROR: ("评分程序出错", "grader error"),
-    Status.LEFT_OUT: ("未评分", "left out"),
+    Status.LEFT_OUT: ("没有唯一的提交", "left out"),
 }
 
 

@@ -20,6 +20,7 @@ from grader import batch, classfolder, discovery
 from grader.commands.export import rows as csv_rows
 from grader.config import load_config
 from grader.gradebook import BATCH, LEFT_OUT, Gradebook
+from grader.pick import notebook_in
 from grader.report import text
 from grader.standing import all_of
 from tests.test_batch import cli, synthetic
@@ -252,3 +253,15 @@ def test_a_class_of_hostile_file_names_each_gets_a_row_a_scorecard_and_a_safe_li
     assert not any(c in cell for row in table for cell in row for c in CONTROL)
     page = (out / "dashboard.html").read_text(encoding="utf-8")
     assert page.count("<tr data-student=") == len(ids)
+
+
+def test_the_notebook_a_kernel_runs_is_named_when_it_can_be_told(tmp_path: Path) -> None:
+    named = load_config().submission_file
+    assert notebook_in(tmp_path, named) is None
+    (tmp_path / "my work.ipynb").write_text("{}")
+    (tmp_path / "helper.py").write_text("")
+    assert notebook_in(tmp_path, named) == "my work.ipynb"
+    (tmp_path / "Untitled.ipynb").write_text("{}")
+    assert notebook_in(tmp_path, named) is None  # two notebooks: which one runs is not ours to guess
+    (tmp_path / named).write_text("{}")
+    assert notebook_in(tmp_path, named) == named

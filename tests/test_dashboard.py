@@ -263,7 +263,7 @@ def test_dashboard_says_every_code_in_words(class_dir: Path, lang: str) -> None:
     kinds = [unescape(k) for k in re.findall(r'<span class="kind" data-kind="wrong">([^<]*)</span>', page)]
     assert kinds and set(kinds) == {"（结果错误）" if lang == "zh" else " (wrong result)"}
     statuses = {unescape(s) for s in re.findall(r'<td data-v="(?:graded|not_gradable|grader_error|left_out)">([^<]*)<', page)}
-    assert statuses == ({"已评分", "评分程序出错", "未评分"} if lang == "zh" else {"graded", "grader error", "left out"})
+    assert statuses == ({"已评分", "评分程序出错", "没有唯一的提交"} if lang == "zh" else {"graded", "grader error", "left out"})
     sources = {unescape(s) for s in re.findall(r'<span class="badge(?: imported)?">([^<]*)</span>', page)}
     assert sources == ({"本机评分", "导入：学生的 CI 运行", "导入：Gradescope"} if lang == "zh"
                        else {"graded here", "imported: student's CI run", "imported: Gradescope"})
