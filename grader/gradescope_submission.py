@@ -52,30 +52,30 @@ def _regular(path: Path) -> bool:
         return False
 
 
-def _listing(root: Path, files: list[Path]) -> str:
+def _listing(root: Path, files: list[Path], separator: str) -> str:
     names = []
     for path in files[:LISTED]:
         name = path.relative_to(root).as_posix()
         names.append(name if len(name) <= NAME_CHARS else name[: NAME_CHARS - 1] + "…")
     more = len(files) - LISTED
-    return ", ".join(names) + (f" (+{more})" if more > 0 else "")
+    return separator.join(names) + (f" (+{more})" if more > 0 else "")
 
 
 def why_none(root: Path, files: list[Path], named: str) -> tuple[str, str]:
     """(zh, en): what was found, and what to upload."""
     if not files:
         return (f"没有收到任何文件。请上传你的笔记本 {named}。", f"no file was uploaded. Upload your notebook, {named}.")
-    listed = _listing(root, files)
+    zh, en = _listing(root, files, "、"), _listing(root, files, ", ")
     gradable = [p for p in files if p.suffix.lower() in (".ipynb", ".py")]
     if not gradable:
         return (
-            f"上传的文件中没有笔记本（.ipynb）或 Python 文件（.py）：{listed}。请上传你的笔记本 {named}。",
-            f"none of the files uploaded is a notebook (.ipynb) or a Python file (.py): {listed}. Upload your notebook, {named}.",
+            f"上传的文件中没有笔记本（.ipynb）或 Python 文件（.py）：{zh}。请上传你的笔记本 {named}。",
+            f"none of the files uploaded is a notebook (.ipynb) or a Python file (.py): {en}. Upload your notebook, {named}.",
         )
     return (
-        f"上传了多个可评分的文件，而没有一个名为 {named}，无法确定评哪一个：{listed}。"
+        f"上传了多个可评分的文件，而没有一个名为 {named}，无法确定评哪一个：{zh}。"
         f"请把要评分的笔记本命名为 {named} 后上传（也可以只上传这一个笔记本）。",
-        f"several files could be the submission and none is named {named}, so none was graded: {listed}. "
+        f"several files could be the submission and none is named {named}, so none was graded: {en}. "
         f"Name the notebook to grade {named} and upload it (or upload that notebook alone).",
     )
 
