@@ -75,7 +75,7 @@ def _run(job: GradeJob) -> int:
     from grader.config import load_config
     from grader.grade import grade_path, with_seed
     from grader.report import github, gradescope, html, markdown, text
-    from grader.sanitize import sanitize_result
+    from grader.sanitize import sanitize_result, visible
 
     _tolerant_stdout()
     config = with_seed(load_config(job.config), job.seed)
@@ -113,7 +113,8 @@ def _run(job: GradeJob) -> int:
     if actions:
         attempt("github", lambda: github.publish(result, lang, job.submission, sys.stdout), lambda: None)
     if broken:
-        print("the grader failed to draw part of the report / 评分器未能生成报告的一部分: " + "; ".join(broken), file=sys.stderr)
+        # An exception's text may quote the submission: escaped, like every name on the terminal.
+        print("the grader failed to draw part of the report / 评分器未能生成报告的一部分: " + visible("; ".join(broken)), file=sys.stderr)
         return EXIT_INTERNAL
     if result.error is not None:
         return EXIT_INTERNAL if result.error.kind == "internal" else EXIT_UNGRADABLE
