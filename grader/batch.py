@@ -11,7 +11,6 @@ grader errors.
 
 from __future__ import annotations
 
-import re
 import signal
 import sys
 import threading
@@ -24,18 +23,21 @@ from typing import TextIO
 
 from grader.classfolder import error_result, write_student_files
 from grader.config import Config
-from grader.discovery import LeftOut, Student, file_sha256, file_time
+from grader.discovery import LeftOut, Student, file_sha256, file_time, lookalikes
 from grader.folder import folder_digest
 from grader.gradebook import BATCH, GRADED, LEFT_OUT, Gradebook
 from grader.job import GradeJob
+from grader.results import GradeResult
 from grader.runner import Outcome, Runner
+from grader.sanitize import visible
 
 # -- progress ---------------------------------------------------------------------------------
 
 
 def _printable(text: str) -> str:
-    """Student ids come from file names: no escape sequence of theirs reaches the TA's terminal."""
-    return re.sub(r"[\x00-\x1f\x7f-\x9f]", "?", text)
+    """Student ids come from file names: no escape sequence, line break or bidirectional override
+    of theirs reaches the TA's terminal; each is shown as its escape (\\x1b)."""
+    return visible(text)
 
 
 class Progress:
@@ -180,6 +182,9 @@ def run_batch(
         progress = Progress(len(todo), stream)
         for student in left_out:
             progress.note(f"left out {student.id}: {student.reason.en}")
+        for group in lookalikes([s.id for s in students] + [s.id for s in left_out]):
+            # ascii(): NFC and NFD spellings look alike on a terminal; their escapes do not.
+            progress.note(f"{', '.join(map(ascii, group))}: ids that differ only by case or Unicode normalisation, graded as different students")
         if summary.skipped:
             progress.note(f"{summary.skipped} unchanged since their last grading: skipped (--force regrades)")
         runner = Runner(config, job, timeout_s, python)
@@ -244,11 +249,12 @@ def _finish(
         if outcome is None:  # the batch is stopping: nothing to record
             return
         outcome.result.folder_sha256 = folders.get(outcome.student.id, "")
-        _record(book, out, outcome, lang)
+        _record(book, outcome)
     except Exception as error:  # one student's trouble (a full disk, a bug) never ends the batch
         summary.errors += 1
         progress.advance(student.id, f"ERROR not recorded: {type(error).__name__}: {error}")
         return
+    unwritten = _write_files(out, outcome.student.id, outcome.result, lang)
     if on_record is not None:
         on_record(outcome)
     if outcome.status == GRADED and outcome.result.error is not None:
@@ -261,12 +267,22 @@ def _finish(
     else:
         summary.errors += 1
         text = f"ERROR {outcome.result.error.kind if outcome.result.error else ''}"
-    progress.advance(outcome.student.id, text)
+    progress.advance(outcome.student.id, text + unwritten)
 
 
-def _record(book: Gradebook, out: Path, outcome: Outcome, lang: str) -> None:
-    # Files first, then the gradebook row: a crash between the two only means a regrade.
-    write_student_files(out, outcome.student.id, outcome.result, lang)
+def _write_files(out: Path, student_id: str, result: GradeResult, lang: str) -> str:
+    """The student's scorecards; what went wrong, said after their progress line ("" if nothing).
+    Their gradebook row is kept either way: the dashboard writes missing scorecards again."""
+    try:
+        write_student_files(out, student_id, result, lang)
+    except OSError as error:
+        return f"; scorecards not written ({error.strerror or error})"
+    return ""
+
+
+def _record(book: Gradebook, outcome: Outcome) -> None:
+    # The gradebook row first: a crash before the scorecards are written loses nothing, since
+    # the dashboard writes the missing ones from the row (classfolder.write_dashboard).
     book.add(
         outcome.student.id,
         outcome.result,
@@ -280,10 +296,11 @@ def _record(book: Gradebook, out: Path, outcome: Outcome, lang: str) -> None:
 
 def _record_left_out(book: Gradebook, out: Path, student: LeftOut, config: Config, lang: str) -> None:
     """A row with the reason, once: a re-run that finds the same folder the same way adds nothing."""
+    result = error_result(student.path, config, "left_out", student.reason.en, student.reason.zh)
+    assert result.error is not None
     previous = book.latest_made_here(student.id)
     if previous is not None and previous.status == LEFT_OUT and previous.result.error is not None:
-        if previous.result.error.message.en == student.reason.en:
+        if previous.result.error.message.en == result.error.message.en:
             return
-    result = error_result(student.path, config, "left_out", student.reason.en, student.reason.zh)
-    write_student_files(out, student.id, result, lang)
     book.add(student.id, result, sha256="", source=BATCH, path=str(student.path), status=LEFT_OUT)
+    _write_files(out, student.id, result, lang)

@@ -15,25 +15,48 @@ import json
 import os
 import re
 import tempfile
+import unicodedata
 from pathlib import Path
 from urllib.parse import quote
 
 from grader.config import Config
 from grader.gradebook import Gradebook
 from grader.report import gradescope, html, markdown
-from grader.results import FAILED, Failure, GradeResult, ItemResult, Text
+from grader.results import Failure, GradeResult, Text, not_graded
+from grader.sanitize import sanitize_result
 
 STUDENTS_DIR = "students"
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)
 
 
+# A student id is its own file name only when no file system can confuse it with another's:
+# lower case (case-insensitive volumes), NFC (macOS normalises names), short, no dot first
+# (hidden), none of Windows' device names.  Every other id gets a readable part and a hash
+# of the whole id after a "~", which no id kept as it is contains: two ids, two names.
+_KEPT = re.compile(r"\w[\w.-]{0,63}")
+_DEVICES = {"con", "prn", "aux", "nul", *(f"com{n}" for n in range(10)), *(f"lpt{n}" for n in range(10))}
+READABLE_BYTES = 96
+
+
 def slug(student_id: str) -> str:
-    """A file name for a student id; ids that needed changing get a hash so two never collide."""
-    safe = re.sub(r"[^\w.-]", "_", student_id).strip(".") or "_"
-    if safe != student_id:
-        safe += "-" + hashlib.sha1(student_id.encode("utf-8")).hexdigest()[:6]
-    return safe
+    """The file name (without suffix) of a student's scorecards: distinct for distinct ids, also
+    on a case- or normalisation-insensitive volume, and at most about 120 bytes whatever the id."""
+    text = student_id.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    kept = (
+        text == student_id
+        and _KEPT.fullmatch(text) is not None
+        and text == unicodedata.normalize("NFC", text) == text.casefold()
+        and len(text.encode("utf-8")) <= READABLE_BYTES
+        and text.split(".")[0] not in _DEVICES
+    )
+    if kept:
+        return text
+    readable = re.sub(r"[^\w.-]+", "_", unicodedata.normalize("NFC", text)).lstrip(".") or "_"
+    while len(readable.encode("utf-8")) > READABLE_BYTES:
+        readable = readable[:-1]
+    digest = hashlib.sha256(student_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{readable}~{digest}"
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -62,21 +85,26 @@ def write_student_files(out: Path, student_id: str, result: GradeResult, lang: s
 
 def error_result(path: Path, config: Config, kind: str, en: str, zh: str) -> GradeResult:
     """The record kept for a student without a grade (the grader failed, or no single file to grade)."""
-    failure = Failure(kind=kind, message=Text(zh, en))
-    items = [
-        ItemResult(id=i.id, todo=i.todo, title=Text(i.zh, i.en), weight=i.weight, status=FAILED, failure=failure)
-        for i in config.items
-    ]
-    return GradeResult(submission=str(path), sha256="", config_digest=config.digest, items=items, error=failure)
+    return sanitize_result(not_graded(str(path), config.digest, config.items, Failure(kind=kind, message=Text(zh, en))))
 
 
 def write_dashboard(out: Path, lang: str) -> Path:
-    """Rebuild DIR/dashboard.html from the gradebook's current results."""
+    """Rebuild DIR/dashboard.html from the gradebook's current results.  A student whose scorecards
+    are missing (recorded before a crash, or by a grader that named the files otherwise) gets them
+    first, so every link leads somewhere."""
     from grader.report import dashboard  # the dashboard is only needed at the end
 
     with Gradebook.in_dir(out) as book:
         entries = book.current()
-    links = {e.student: f"{STUDENTS_DIR}/{quote(slug(e.student))}.html" for e in entries}
+    links = {}
+    for entry in entries:
+        card = out / STUDENTS_DIR / f"{slug(entry.student)}.html"
+        if not card.is_file():
+            try:
+                write_student_files(out, entry.student, entry.result, lang)
+            except OSError:
+                continue  # no scorecard to link to; the row and its reason are still on the dashboard
+        links[entry.student] = f"{STUDENTS_DIR}/{quote(slug(entry.student))}.html"
     target = out / "dashboard.html"
     write_atomic(target, dashboard.render(entries, lang, links))
     return target

@@ -9,6 +9,7 @@ from pathlib import Path
 import tomllib
 
 DEFAULT_PATH = Path(__file__).with_name("config.toml")
+DEFAULT_SUBMISSION_FILE = "paged_attention_student.ipynb"
 TODOS = ("todo1", "todo2", "todo3", "todo4", "todo5")
 
 
@@ -101,6 +102,9 @@ class Config:
     evidence: Evidence = Evidence()
     seed_source: str = "config"  # "config", or "command line" (--seed): never replaced by a secret one
     notebook: NotebookEnvironment = NotebookEnvironment()
+    # The file students hand in ([submission] file): where several are uploaded (Gradescope) or a
+    # student's folder holds several notebooks (grade-batch), this one is graded.
+    submission_file: str = DEFAULT_SUBMISSION_FILE
 
     def item(self, item_id: str) -> RubricItem:
         for item in self.items:
@@ -128,7 +132,15 @@ def load_config(path: Path | None = None) -> Config:
         digest=hashlib.sha256(raw_bytes).hexdigest()[:16],
         evidence=_evidence(raw.get("evidence", {})),
         notebook=_notebook(raw.get("notebook", {})),
+        submission_file=_submission_file(raw.get("submission", {})),
     )
+
+
+def _submission_file(raw: dict) -> str:
+    name = raw.get("file", DEFAULT_SUBMISSION_FILE)
+    if not isinstance(name, str) or not name.strip() or "/" in name or "\\" in name or name.strip() in (".", ".."):
+        raise ValueError("[submission] file must be a file name, like paged_attention_student.ipynb")
+    return name.strip()
 
 
 def _evidence(raw: dict) -> Evidence:

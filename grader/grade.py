@@ -21,7 +21,18 @@ from grader import environment, given_code, integrity, seeds
 from grader.config import Config, RubricItem
 from grader.draws import pin_local_constants
 from grader.folder import plan as plan_folder
-from grader.results import FAILED, GRADER_ERROR, NOT_RUN, PASSED, CellReport, Failure, GradeResult, ItemResult, Text
+from grader.results import (
+    FAILED,
+    GRADER_ERROR,
+    NOT_RUN,
+    PASSED,
+    CellReport,
+    Failure,
+    GradeResult,
+    ItemResult,
+    Text,
+    not_graded,
+)
 from grader.sandbox.client import LoadReport, Sandbox
 from grader.sanitize import sanitize_result
 from grader.submission import Submission, SubmissionError, load_submission
@@ -67,14 +78,7 @@ def grade_path(path: Path, config: Config, device: str = "auto", todos: Collecti
         submission.folder = plan_folder(path, None if alone else folder or path.parent, config.notebook)
     except SubmissionError as error:
         failure = Failure(kind="unreadable", message=Text(error.zh, error.en))
-        result = GradeResult(
-            submission=str(path),
-            sha256="",
-            config_digest=config.digest,
-            items=[_item(item, FAILED, failure) for item in config.items],
-            error=failure,
-            device=device,
-        )
+        result = not_graded(str(path), config.digest, config.items, failure, device)
         result.seconds = round(time.monotonic() - started, 3)
         return result
     result = grade_submission(submission, config, device, todos)

@@ -9,6 +9,7 @@ also spread into `item_results` for queries.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from contextlib import closing
 from dataclasses import dataclass
@@ -156,13 +157,13 @@ class Gradebook:
                         sha256,
                         result.config_digest,
                         source,
-                        path,
+                        _storable(path),
                         submitted_at,
                         now(),
                         status,
                         result.score,
                         result.max_score,
-                        json.dumps(result.to_dict(), ensure_ascii=False, sort_keys=True),
+                        _result_json(result),
                     ),
                 )
                 row_id = int(cur.lastrowid or 0)
@@ -194,7 +195,7 @@ class Gradebook:
 
     def has_result(self, student: str, source: str, result: GradeResult) -> bool:
         """This exact result is already recorded for the student from this source (an import run twice)."""
-        raw = json.dumps(result.to_dict(), ensure_ascii=False, sort_keys=True)
+        raw = _result_json(result)
         row = self.db.execute(
             "SELECT 1 FROM submissions WHERE student_id = ? AND source IN (?, ?) AND result_json = ? LIMIT 1",
             (student, source, LEGACY_IMPORT, raw),
@@ -230,6 +231,27 @@ class Gradebook:
 
     def students(self) -> list[str]:
         return [row[0] for row in self.db.execute("SELECT id FROM students ORDER BY id")]
+
+
+def _result_json(result: GradeResult) -> str:
+    """The result as stored; a string that is not valid Unicode (a lone surrogate from a file name
+    that is not UTF-8) is written as a JSON escape, which SQLite can store and JSON reads back."""
+    text = json.dumps(result.to_dict(), ensure_ascii=False, sort_keys=True)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(result.to_dict(), ensure_ascii=True, sort_keys=True)
+    return text
+
+
+def _storable(path: str) -> str:
+    """A path as SQLite can store it: a name that is not UTF-8 (lone surrogates in Python) keeps
+    its bytes as escapes (\\xff)."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(path).decode("utf-8", "backslashreplace")
+    return path
 
 
 def _entry(row: tuple) -> Entry:

@@ -53,23 +53,26 @@ SOURCE="$ROOT/source"
 RESULTS="$ROOT/results/results.json"
 mkdir -p "$ROOT/results"
 
-# The student's notebook (a .py if there is none); the first by name if they uploaded several.
+# Which file to grade (grader/gradescope_submission.py): the assignment's file name, else the only
+# notebook, else the only .py.  When none is the submission it writes results.json itself (not
+# graded: the files found and what to upload) and prints nothing.
 submission=""
-for pattern in "*.ipynb" "*.py"; do
-    submission="$(find "$ROOT/submission" -type f -name "$pattern" -not -path "*/.*" 2>/dev/null | LC_ALL=C sort | head -n 1)"
-    [ -n "$submission" ] && break
-done
-# Nothing uploaded: grading a missing file still writes a results.json that says so.
-[ -n "$submission" ] || submission="$ROOT/submission/(no notebook uploaded).ipynb"
-
 status=127
+picked="$(mktemp)"
 if cd "$SOURCE"; then
+    PYTHONPATH="$SOURCE" "$PYTHON" -m grader.gradescope_submission "$ROOT/submission" --json "$RESULTS" --lang {lang} > "$picked"
+    status=$?
+    IFS= read -r -d '' submission < "$picked" || true
+fi
+rm -f "$picked"
+
+if [ -n "$submission" ]; then
     PYTHONPATH="$SOURCE" "$PYTHON" -m grader grade "$submission" --json "$RESULTS" --lang {lang}
     status=$?
 fi
 if [ ! -s "$RESULTS" ]; then
     # The grader itself failed: tell the student instead of leaving Gradescope without results.
-    printf '{{"score": 0, "output": "The autograder failed (exit status %s). Please tell the course staff.", "tests": []}}\\n' "$status" > "$RESULTS"
+    printf '{{"score": 0, "output": "The autograder failed (exit status %s). Please tell the course staff.", "output_format": "text", "tests": []}}\\n' "$status" > "$RESULTS"
 fi
 exit 0
 """

@@ -75,7 +75,7 @@ def _run(job: GradeJob) -> int:
     from grader.config import load_config
     from grader.grade import grade_path, with_seed
     from grader.report import github, gradescope, html, markdown, text
-    from grader.sanitize import sanitize_result
+    from grader.sanitize import sanitize_result, visible
 
     _tolerant_stdout()
     config = with_seed(load_config(job.config), job.seed)
@@ -113,7 +113,8 @@ def _run(job: GradeJob) -> int:
     if actions:
         attempt("github", lambda: github.publish(result, lang, job.submission, sys.stdout), lambda: None)
     if broken:
-        print("the grader failed to draw part of the report / 评分器未能生成报告的一部分: " + "; ".join(broken), file=sys.stderr)
+        # An exception's text may quote the submission: escaped, like every name on the terminal.
+        print("the grader failed to draw part of the report / 评分器未能生成报告的一部分: " + visible("; ".join(broken)), file=sys.stderr)
         return EXIT_INTERNAL
     if result.error is not None:
         return EXIT_INTERNAL if result.error.kind == "internal" else EXIT_UNGRADABLE
@@ -168,7 +169,8 @@ def plain_payload(result: GradeResult, lang: str) -> dict[str, Any]:
         {"name": item.id, "score": item.score, "max_score": item.weight, "status": "passed" if item.status == "passed" else "failed"}
         for item in result.items
     ]
-    payload: dict[str, Any] = {"score": result.score, "max_score": result.max_score, "output": plain_summary(result), "tests": tests}
+    payload: dict[str, Any] = {"score": result.score, "max_score": result.max_score, "output": plain_summary(result), "tests": tests,
+                               "output_format": "text", "test_output_format": "text", "test_name_format": "text"}
     try:
         payload["extra_data"] = {"grade_result": json.loads(json.dumps(result.to_dict(), default=str))}
     except Exception:  # even the record cannot be written: the score alone
@@ -178,7 +180,7 @@ def plain_payload(result: GradeResult, lang: str) -> dict[str, Any]:
 
 def internal_error_result(path: Path, config: Config, error: Exception) -> GradeResult:
     from grader.grade import grader_error
-    from grader.results import FAILED, Failure, GradeResult, ItemResult, Text
+    from grader.results import Failure, Text, not_graded
 
     # In the grader's words only: the exception's text may quote the submission (grade.grader_error).
     where = grader_error(error).actual
@@ -189,5 +191,4 @@ def internal_error_result(path: Path, config: Config, error: Exception) -> Grade
             f"the grader itself failed (not your fault); please show this to the TAs: {where}",
         ),
     )
-    items = [ItemResult(i.id, i.todo, Text(i.zh, i.en), i.weight, FAILED, failure) for i in config.items]
-    return GradeResult(submission=str(path), sha256="", config_digest=config.digest, items=items, error=failure)
+    return not_graded(str(path), config.digest, config.items, failure)

@@ -5,8 +5,12 @@ Data flows one way: submission -> sandboxed run -> checks -> these records -> re
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from grader.config import RubricItem
 
 PASSED, FAILED, NOT_RUN = "passed", "failed", "not_run"
 GRADER_ERROR = "grader_error"  # a Failure kind: the grader's own check raised (a bug of ours, never the student's)
@@ -165,3 +169,11 @@ class GradeResult:
             skipped=[SkippedLine(**s) for s in data.get("skipped") or [] if isinstance(s, dict)],
             folder_sha256=str(data.get("folder_sha256") or ""),
         )
+
+
+def not_graded(submission: str, config_digest: str, rubric: Iterable[RubricItem], failure: Failure, device: str = "cpu") -> GradeResult:
+    """The record of a submission that was not graded (unreadable, not found, the grader failed):
+    `error` says why, and every item is NOT_RUN, none failed, so no report counts a failure or a
+    score that nothing earned.  (GradeResult.score is 0 here, which Gradescope needs.)"""
+    items = [ItemResult(i.id, i.todo, Text(i.zh, i.en), i.weight, NOT_RUN) for i in rubric]
+    return GradeResult(submission=submission, sha256="", config_digest=config_digest, items=items, error=failure, device=device)

@@ -92,6 +92,19 @@ def _text(value: object, one_line: bool) -> str:
     return _CONTROL.sub(_escape, value)
 
 
+_ANY_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f" + _BIDI + "\ud800-\udfff]")
+
+
+def visible(value: object) -> str:
+    """A name (a student id, a path) for a terminal, a CSV cell or a page, on one line: every
+    control character, line break, tab, bidirectional override and lone surrogate shown as its
+    escape (``\\x1b``, ``\\x0d``, ``\\udcff``), so nothing in it moves the cursor, starts a record
+    or an escape sequence, or reorders what is shown.  Nothing else changes; different names
+    stay different unless one spells out the other's escapes."""
+    text = value if isinstance(value, str) else "" if value is None else str(value)
+    return _ANY_CONTROL.sub(_escape, text)
+
+
 def _cut_note(count: int, unit: str) -> str:
     # Bilingual: this pass runs once for both languages.
     zh = "个字符" if unit == "chars" else "行"

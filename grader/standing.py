@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from grader import gradebook
 from grader.config import TODOS
 from grader.gradebook import BATCH, CI, GRADESCOPE, LEGACY_IMPORT, Entry
+from grader.report.labels import not_graded
 
 
 class Status:
@@ -37,7 +38,7 @@ STATUS_WORDS = {
     Status.GRADED: ("已评分", "graded"),
     Status.NOT_GRADABLE: ("无法评分", "could not be graded"),
     Status.GRADER_ERROR: ("评分程序出错", "grader error"),
-    Status.LEFT_OUT: ("未评分", "left out"),
+    Status.LEFT_OUT: ("没有唯一的提交", "left out"),
 }
 
 
@@ -79,7 +80,8 @@ def identical(entries: list[Entry]) -> dict[str, tuple[str, ...]]:
     """
     by_hash: dict[str, list[str]] = {}
     for entry in entries:
-        if entry.sha256:
+        # Only files that were graded: two empty or broken files are alike, and say nothing.
+        if entry.sha256 and entry.status == gradebook.GRADED and entry.result.error is None:
             by_hash.setdefault(entry.sha256, []).append(entry.student)
     same: dict[str, tuple[str, ...]] = {}
     for students in by_hash.values():
@@ -100,7 +102,8 @@ def of(entry: Entry, lang: str, identical_to: tuple[str, ...] = ()) -> Standing:
     result = entry.result
     if entry.status != gradebook.GRADED or result.error is not None:
         status = {gradebook.LEFT_OUT: Status.LEFT_OUT, gradebook.ERROR: Status.GRADER_ERROR}.get(entry.status, Status.NOT_GRADABLE)
-        reason = result.error.message.get(lang) if result.error is not None else ""
+        why = result.error.message.get(lang) if result.error is not None else word(STATUS_WORDS, status, lang)
+        reason = not_graded(why, lang)  # the same sentence as the student's scorecard and results.json
         return Standing(entry.student, status, None, None, None, reason=_one_line(reason), source=entry.source,
                         submitted_at=entry.submitted_at, recorded_at=entry.graded_at, identical_to=identical_to)
     per_todo = result.todo_scores()

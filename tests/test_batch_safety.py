@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from grader.classfolder import error_result
+from grader.config import load_config
 from grader.discovery import discover, file_sha256, file_time
 from grader.gradebook import BATCH, Gradebook
 from grader.report import dashboard
@@ -106,6 +108,9 @@ def test_identical_submissions_are_flagged_in_the_csv_and_the_dashboard(tmp_path
     with Gradebook.in_dir(out) as book:
         for student, sha in (("alice", "aa"), ("henry", "aa"), ("ivy", "aa"), ("bob", "bb"), ("carol", "cc")):
             book.add(student, synthetic(None, sha=sha), sha256=sha * 32, source=BATCH, path=f"{student}.py", status="graded")
+        for student in ("dan", "eve"):  # two empty files: alike, and not graded: nothing to flag
+            empty = error_result(Path(f"{student}.py"), load_config(), "unreadable", "the file is empty", "文件是空的")
+            book.add(student, empty, sha256="e3" * 32, source=BATCH, path=f"{student}.py", status="graded")
         entries = book.current()
     assert identical(entries) == {"alice": ("henry", "ivy"), "henry": ("alice", "ivy"), "ivy": ("alice", "henry")}
     standings = {s.student: s for s in all_of(entries, "en")}

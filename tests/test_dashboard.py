@@ -16,6 +16,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from html import unescape
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -25,6 +26,7 @@ import pytest
 from grader import classfolder
 from grader.config import load_config
 from grader.gradebook import CI, ERROR, GRADESCOPE, LEFT_OUT, Gradebook
+from grader.report import dashboard
 from tests.test_batch import synthetic
 
 HOSTILE_ID = '<img src=x onerror="document.title=\'pwned\'">'
@@ -251,3 +253,18 @@ def test_hostile_scorecard_runs_nothing(browser: Browser, class_dir: Path) -> No
     assert browser.problems() == []
     assert browser.js("document.scripts.length") == 0 and browser.js("document.querySelectorAll('img').length") == 0
     assert HOSTILE_ID in browser.js("document.querySelector('h1').textContent")
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_dashboard_says_every_code_in_words(class_dir: Path, lang: str) -> None:
+    """Failure kinds, statuses and sources in the page's language; the codes only in attributes."""
+    with Gradebook.in_dir(class_dir) as book:
+        page = dashboard.render(book.current(), lang, {})
+    kinds = [unescape(k) for k in re.findall(r'<span class="kind" data-kind="wrong">([^<]*)</span>', page)]
+    assert kinds and set(kinds) == {"（结果错误）" if lang == "zh" else " (wrong result)"}
+    statuses = {unescape(s) for s in re.findall(r'<td data-v="(?:graded|not_gradable|grader_error|left_out)">([^<]*)<', page)}
+    assert statuses == ({"已评分", "评分程序出错", "没有唯一的提交"} if lang == "zh" else {"graded", "grader error", "left out"})
+    sources = {unescape(s) for s in re.findall(r'<span class="badge(?: imported)?">([^<]*)</span>', page)}
+    assert sources == ({"本机评分", "导入：学生的 CI 运行", "导入：Gradescope"} if lang == "zh"
+                       else {"graded here", "imported: student's CI run", "imported: Gradescope"})
+    assert ("未评分：太慢" if lang == "zh" else "Not graded: too slow") in unescape(page)

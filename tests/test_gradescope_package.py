@@ -14,8 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, SOLUTION_NB
+from grader.config import load_config
+from grader.pick import choose
+from tests.conftest import ROOT, SOLUTION_NB, STUDENT_NB
 from tests.test_workflows import tool
+
+NAMED = load_config().submission_file
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +111,50 @@ def test_run_autograder_grades_a_submission_with_the_zipped_grader(package: Path
 
 def test_run_autograder_with_nothing_uploaded_still_writes_results(package: Path, tmp_path: Path) -> None:
     results = _run(_autograder(package, tmp_path / "autograder"))
-    assert results["score"] == 0 and "not found" in results["output"]
+    assert results["score"] == 0 and results["tests"] == [] and results["output_format"] == "text"
+    assert results["output"].startswith("Not graded: no file was uploaded") and NAMED in results["output"]
+
+
+def test_pick_the_named_file_then_the_only_notebook_then_the_only_script() -> None:
+    def pick(*names: str) -> str | None:
+        chosen = choose([Path(n) for n in names], NAMED).path
+        return None if chosen is None else chosen.as_posix()
+
+    assert pick("Untitled.ipynb", NAMED) == NAMED  # the case of the issue: a stray notebook beside the named one
+    assert pick("z.ipynb", "Paged_Attention_Student.IPYNB") == "Paged_Attention_Student.IPYNB"
+    assert pick(f"old/{NAMED}", NAMED, "b.ipynb") == NAMED  # a repository: the shallowest copy
+    assert pick(f"x/{NAMED}", f"y/{NAMED}") is None  # two equally deep: which one is not ours to guess
+    assert pick("my work.ipynb", "helper.py", "data.csv") == "my work.ipynb"
+    assert pick("solution.py", "notes.txt") == "solution.py"
+    assert pick("a.ipynb", "b.ipynb") is None and pick("a.py", "b.py") is None and pick("notes.txt") is None and pick() is None
+
+
+def test_run_autograder_with_several_notebooks_none_named_grades_nothing_and_says_what_to_upload(package: Path, tmp_path: Path) -> None:
+    root = _autograder(package, tmp_path / "autograder")
+    hostile = 'b <a href="evil:">x<img src=x>\x1b.ipynb'
+    for name in ("Untitled.ipynb", hostile, "notes.txt"):
+        shutil.copy(SOLUTION_NB, root / "submission" / name)
+    (root / "submission" / ".ipynb_checkpoints").mkdir()
+    (root / "submission" / ".ipynb_checkpoints" / "Untitled-checkpoint.ipynb").write_text("{}")
+    os.symlink("/etc/passwd", root / "submission" / "link.py")
+    results = _run(root)
+    assert results["score"] == 0 and results["tests"] == [] and results["extra_data"]["graded"] is False
+    output = results["output"]
+    assert output.startswith("Not graded: several files could be the submission") and NAMED in output and "Gradescope needs a score" in output
+    assert "Untitled.ipynb" in output and "notes.txt" in output and "checkpoint" not in output and "link.py" not in output
+    # The submission's names are shown as text, never rendered: every string Gradescope formats is "text".
+    assert '<a href="evil:">x<img src=x>' in output and "\x1b" not in output and "\\x1b" in output
+    assert results["output_format"] == results["test_output_format"] == results["test_name_format"] == "text"
+
+
+def test_run_autograder_grades_the_named_notebook_beside_a_stray_one(package: Path, tmp_path: Path) -> None:
+    root = _autograder(package, tmp_path / "autograder")
+    shutil.copy(SOLUTION_NB, root / "submission" / NAMED)
+    shutil.copy(STUDENT_NB, root / "submission" / "Untitled.ipynb")  # sorts first; used to be graded: 0/100
+    results = _run(root)
+    assert results["score"] == 100, results["output"][:2000]
+    assert Path(results["extra_data"]["grade_result"]["submission"]).name == NAMED
+    assert results["output_format"] == "text" and all(t["output_format"] == "text" and t["name_format"] == "text" for t in results["tests"])
 
 
 def test_run_autograder_reports_a_broken_grader_to_the_student(package: Path, tmp_path: Path) -> None:

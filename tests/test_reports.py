@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -14,8 +15,20 @@ import pytest
 from markdown_it import MarkdownIt
 
 from grader.config import load_config
-from grader.report import github, html, markdown
-from grader.results import FAILED, NOT_RUN, PASSED, CellReport, Failure, GradeResult, ItemResult, SkippedLine, Text
+from grader.report import github, gradescope, html, labels, markdown
+from grader.report import text as text_report
+from grader.results import (
+    FAILED,
+    NOT_RUN,
+    PASSED,
+    CellReport,
+    Failure,
+    GradeResult,
+    ItemResult,
+    SkippedLine,
+    Text,
+    not_graded,
+)
 from tests.conftest import ROOT
 
 # What a student controls: exception messages, printed values, output, file names.
@@ -136,7 +149,73 @@ def test_markdown_scorecard_in_chinese_and_for_an_ungradable_file() -> None:
     assert "总分" in markdown.render(result, "zh")
     result.error = Failure("unreadable", Text("不是有效的笔记本", "not a valid notebook"))
     text = markdown.render(result, "en")
-    assert "Could not grade" in text and "not a valid notebook" in text
+    assert "Not graded" in text and "not a valid notebook" in text and "Total" not in text  # no score: nothing was graded
+    assert "未评分" in markdown.render(result, "zh") and "总分" not in markdown.render(result, "zh")
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_gradescope_shows_every_string_as_plain_text(lang: str) -> None:
+    """Gradescope's default (simple_format) lets <a href> and <img src> through: results.json asks for
+    "text" for the output, every test's output and every name, so the submission's text stays text."""
+    payload = gradescope.to_results_json(hostile_result(), lang)
+    assert (payload["output_format"], payload["test_output_format"], payload["test_name_format"]) == ("text", "text", "text")
+    assert payload["tests"] and all((t["output_format"], t["name_format"]) == ("text", "text") for t in payload["tests"])
+    assert "<img src=x onerror=alert(2)>" in payload["output"]  # shown as written, as text
+    assert "\r" not in payload["output"] and "\x1b" not in payload["output"]
+
+
+@pytest.mark.parametrize("lang", ["zh", "en"])
+def test_an_ungradable_file_is_not_graded_in_every_report(lang: str) -> None:
+    """No 0/100 and no 17 failed items for a file that was never graded: the reason, everywhere."""
+    result = not_graded("empty.ipynb", load_config().digest, load_config().items,
+                        Failure("unreadable", Text("提交的文件是空的", "the submission is empty")))
+    sentence = {"zh": "未评分：提交的文件是空的", "en": "Not graded: the submission is empty"}[lang]
+    payload = gradescope.to_results_json(result, lang)
+    assert payload["score"] == 0 and payload["tests"] == [] and payload["output"].startswith(sentence)
+    assert payload["output_format"] == "text" and payload["extra_data"]["graded"] is False
+    assert sentence in text_report.render(result, lang) and "/ 100" not in text_report.render(result, lang)
+    assert sentence in text_report.render(result, lang, quiet=True)
+    card = html.render(result, lang)
+    assert 'id="not-graded"' in card and 'id="total"' not in card and "/ 100" not in card
+    assert all(item.status == NOT_RUN and item.failure is None for item in result.items)
+
+
+def _failure_kinds() -> set[str]:
+    """Every Failure.kind the grader writes: first argument of fail()/failure()/Failure()/Verdict(),
+    kind= keywords, error_result()'s kind, and `kind = "..."` defaults."""
+    kinds: set[str] = set()
+    for path in (ROOT / "grader").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call):
+                name = getattr(node.func, "attr", getattr(node.func, "id", ""))
+                position = {"fail": 0, "failure": 0, "Failure": 0, "Verdict": 0, "error_result": 2}.get(name)
+                if position is None:
+                    continue
+                if len(node.args) > position:
+                    kinds |= _strings(node.args[position])
+                kinds |= {s for k in node.keywords if k.arg == "kind" for s in _strings(k.value)}
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)) and "checks" in path.parts:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if any(getattr(t, "id", getattr(t, "attr", "")) == "kind" for t in targets) and node.value is not None:
+                    kinds |= _strings(node.value)
+    return kinds
+
+
+def _strings(node: ast.AST) -> set[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return {node.value}
+    if isinstance(node, ast.IfExp):
+        return _strings(node.body) | _strings(node.orelse)
+    return set()
+
+
+def test_every_failure_kind_has_words_in_both_languages() -> None:
+    kinds = _failure_kinds() - {"class", "list"}  # `kind = ...` of a reply's shape (checks/replies.py), not a failure
+    assert {"wrong", "error", "not_implemented", "not_exercised", "timeout", "unreadable", "left_out"} <= kinds
+    missing = sorted(kinds - set(labels.KINDS))
+    assert not missing, f"failure kinds without words in grader/report/labels.py KINDS: {missing}"
+    for kind, (zh, en) in labels.KINDS.items():
+        assert zh and en and zh != en and not re.search(r"[A-Za-z]{3,}", zh), kind
 
 
 def test_annotation_escaping() -> None:

@@ -123,7 +123,7 @@ def test_ungradable_input_gets_a_reason_in_both_languages(tmp_path: Path, case: 
     assert result.error is not None and result.error.kind == "unreadable"
     assert en_words in result.error.message.en and zh_words in result.error.message.zh, result.error.message
     assert result.error.message.zh != result.error.message.en
-    assert result.score == 0 and all(item.status == "failed" for item in result.items)
+    assert result.score == 0 and all(item.status == "not_run" and item.failure is None for item in result.items)  # not graded: no item failed
 
 
 def test_reasons_come_from_submission_errors_not_crashes(tmp_path: Path) -> None:
@@ -147,7 +147,7 @@ def test_cli_exits_2_with_the_reason(tmp_path: Path, name: str, lang: str) -> No
     proc = _cli("grade", str(HOSTILE / name), "--json", "results.json", "--lang", lang, cwd=tmp_path)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
-    reason = {"zh": ("无法评分", "不是有效的 Jupyter 笔记本" if name.endswith(".ipynb") else "二进制"), "en": ("Could not grade", "not a valid Jupyter notebook" if name.endswith(".ipynb") else "binary")}[lang]
+    reason = {"zh": ("未评分", "不是有效的 Jupyter 笔记本" if name.endswith(".ipynb") else "二进制"), "en": ("Not graded", "not a valid Jupyter notebook" if name.endswith(".ipynb") else "binary")}[lang]
     assert all(word in proc.stdout for word in reason), proc.stdout
     payload = json.loads((tmp_path / "results.json").read_text())
     assert payload["score"] == 0 and reason[1] in payload["output"]

@@ -21,7 +21,7 @@ import csv
 import sys
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TextIO
 
 from grader.commands.grade_batch import add_out_option
 
@@ -40,14 +40,29 @@ def register(verbs: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "\n")
+
+
 def _cell(value: object) -> str:
+    """One CSV cell.  Ids and reasons come from students' files: control characters (CR, LF, ESC,
+    bidirectional overrides) are written as their escapes, so no cell starts a record, a terminal
+    escape sequence (`export` to a terminal, `cat grades.csv`) or a reordering; and a cell a
+    spreadsheet would read as a formula (= + - @, also after a tab or CR) starts with a quote."""
+    from grader.sanitize import visible
+
     if value is None:
         return ""
     if isinstance(value, float):
         return f"{value:g}"
     text = str(value)
-    # Ids and reasons come from students' files: a spreadsheet must not read them as formulas.
-    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+    if text[:1] in FORMULA_STARTS:  # before escaping: a leading tab or CR is what some spreadsheets skip
+        text = "'" + text
+    return visible(text)
+
+
+def writer(handle: TextIO) -> Any:
+    """RFC 4180: CRLF between records, so a field holding a CR or LF (none does, escaped) is quoted."""
+    return csv.writer(handle, lineterminator="\r\n", quoting=csv.QUOTE_MINIMAL)
 
 
 def rows(standings: Iterable[Standing], todos: tuple[str, ...]) -> Iterable[list[str]]:
@@ -62,20 +77,21 @@ def run(args: argparse.Namespace) -> int:
     from grader import standing
     from grader.config import TODOS, load_config
     from grader.gradebook import FILENAME, Gradebook
+    from grader.sanitize import visible
 
     if not (args.out / FILENAME).is_file():
-        print(f"export: no gradebook in {args.out} (run grade-batch or import first)", file=sys.stderr)
+        print(f"export: no gradebook in {visible(args.out)} (run grade-batch or import first)", file=sys.stderr)
         return 2
     lang = args.lang or load_config().feedback.language
     with Gradebook.in_dir(args.out) as book:
         standings = standing.all_of(book.current(), lang)
     if args.csv == "-":
-        csv.writer(sys.stdout, lineterminator="\n").writerows(rows(standings, TODOS))
+        writer(sys.stdout).writerows(rows(standings, TODOS))
         return 0
     try:
         with open(Path(args.csv), "w", newline="", encoding="utf-8") as handle:
-            csv.writer(handle, lineterminator="\n").writerows(rows(standings, TODOS))
+            writer(handle).writerows(rows(standings, TODOS))
     except OSError as error:
-        print(f"export: cannot write {args.csv}: {error.strerror or error}", file=sys.stderr)
+        print(f"export: cannot write {visible(args.csv)}: {visible(error.strerror or error)}", file=sys.stderr)
         return 2
     return 0

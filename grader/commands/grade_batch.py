@@ -4,7 +4,7 @@ Exit status:
   0    every student found has a result: a grade, or a scorecard saying why their file
        could not be graded (not a notebook, empty, too large)
   1    some students have no grade: a grader error (timeout, crash) or left out (a folder
-       with several notebooks, or none); each has a row with the reason in the gradebook
+       with several notebooks and none named as [submission] file says, or none); each has a row with the reason in the gradebook
        and the CSV, and a re-run retries them
   2    nothing to grade, a path not found, two submissions for one student id, or the
        gradebook cannot be opened
@@ -70,7 +70,7 @@ def _grade(args: argparse.Namespace) -> int:
 
     config = with_seed(load_config(args.config), args.seed)
     lang = args.lang or config.feedback.language
-    students, left_out = discover(args.submissions, args.id_from, exclude=[args.out])
+    students, left_out = discover(args.submissions, args.id_from, exclude=[args.out], named=config.submission_file)
     job = GradeJob(lang=lang, device=args.device, seed=args.seed, config=args.config.resolve() if args.config is not None else None)
     timeout = args.timeout if args.timeout is not None else config.limits.total_budget_s + 120
     summary = run_batch(

@@ -32,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from grader.classfolder import write_dashboard, write_student_files
     from grader.config import load_config
     from grader.gradebook import Gradebook
+    from grader.sanitize import visible
 
     lang = args.lang or load_config().feedback.language
     if args.student is not None and (len(args.sources) != 1 or not args.sources[0].is_file()):
@@ -43,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
             for found in imports.read(source, args.student):
                 if isinstance(found, imports.ImportProblem):
                     problems += 1
-                    print(f"skipped {found}", file=sys.stderr)
+                    print(f"skipped {visible(str(found))}", file=sys.stderr)  # paths in an export are the students' names
                     continue
                 if book.has_result(found.student, found.source, found.result):
                     same += 1  # the same results imported again: no new history row

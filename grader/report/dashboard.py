@@ -21,9 +21,10 @@ from grader import standing
 from grader.config import TODOS
 from grader.gradebook import GRADED, Entry
 from grader.report.html import bar, esc, page
-from grader.report.labels import todo_name
+from grader.report.labels import colon, kind_word, paren, todo_name
 from grader.report.markdown import say
 from grader.results import FAILED, NOT_RUN, PASSED, ItemResult
+from grader.sanitize import visible
 
 WORDS = {
     "dashboard": ("班级成绩总览", "Class dashboard"),
@@ -251,7 +252,7 @@ def render(entries: list[Entry], lang: str, scorecard_href: dict[str, str] | Non
         body.append(f'<p class="flag" id="imported-note">{esc(w("imported_note", lang, n=imported))}</p>')
     groups = sorted({tuple(sorted((s.student, *s.identical_to))) for s in standings if s.identical_to})
     if groups:
-        listed = "; ".join(", ".join(group) for group in groups)
+        listed = "; ".join(", ".join(map(visible, group)) for group in groups)
         body.append(f'<p class="flag" id="identical-note">{esc(w("identical_note", lang))}: {esc(listed)}</p>')
     digests = Counter(e.result.config_digest for e in entries)
     if len(digests) > 1:
@@ -290,11 +291,12 @@ def render(entries: list[Entry], lang: str, scorecard_href: dict[str, str] | Non
         body.append(f'<h2>{esc(w("common", lang))}</h2><div id="common-failures">')
         for group in common:
             body.append(
-                f'<div class="item"><b>{len(group.students)}</b> × <code>{esc(group.item)}</code> ({esc(group.kind)}): '
+                f'<div class="item"><b>{len(group.students)}</b> × <code>{esc(group.item)}</code>'
+                f'<span class="kind" data-kind="{esc(group.kind)}">{esc(paren(kind_word(group.kind, lang), lang))}</span>{esc(colon(lang))}'
                 f"{esc(group.message)}"
             )
             if group.repro:
-                body.append(f'<details><summary>{esc(w("sample", lang))} ({esc(group.sample_student)})</summary><pre>{esc(group.repro)}</pre></details>')
+                body.append(f'<details><summary>{esc(w("sample", lang) + paren(visible(group.sample_student), lang))}</summary><pre>{esc(group.repro)}</pre></details>')
             body.append("</div>")
         body.append("</div>")
 
@@ -315,10 +317,11 @@ def _student_table(standings: list[standing.Standing], lang: str, hrefs: dict[st
     rows = []
     for s in standings:
         href = hrefs.get(s.student)
-        name = f'<a href="{esc(href)}">{esc(s.student)}</a>' if href else esc(s.student)
+        shown = esc(visible(s.student))  # ids are file names: no control character or bidi override shows raw
+        name = f'<a href="{esc(href)}">{shown}</a>' if href else shown
         # No total: shown as a dash, sorted below every real score (-1).
         total = f"{s.total:g}" if s.total is not None else "–"
-        row = [f'<td data-v="{esc(s.student)}">{name}</td>', f'<td class="num" data-v="{s.total if s.total is not None else -1}">{total}</td>']
+        row = [f'<td data-v="{shown}">{name}</td>', f'<td class="num" data-v="{s.total if s.total is not None else -1}">{total}</td>']
         for todo in TODOS:
             if s.total is None:
                 row.append('<td class="num" data-v="-1">–</td>')
@@ -328,7 +331,7 @@ def _student_table(standings: list[standing.Standing], lang: str, hrefs: dict[st
         status = esc(standing.word(standing.STATUS_WORDS, s.status, lang))
         reason = f'<span class="reason">{esc(s.reason)}</span>' if s.reason else ""
         if s.identical_to:
-            reason += f'<span class="badge identical">{esc(w("identical_to", lang))} {esc(", ".join(s.identical_to))}</span>'
+            reason += f'<span class="badge identical">{esc(w("identical_to", lang))} {esc(", ".join(map(visible, s.identical_to)))}</span>'
         row.append(f'<td data-v="{esc(s.status)}">{status}{reason}</td>')
         source = esc(standing.word(standing.SOURCE_WORDS, s.source, lang))
         badge = "badge imported" if s.imported else "badge"
@@ -336,5 +339,5 @@ def _student_table(standings: list[standing.Standing], lang: str, hrefs: dict[st
         for when in (s.submitted_at or "", s.recorded_at):
             row.append(f'<td data-v="{esc(when)}">{esc(when[:16].replace("T", " "))}</td>')
         classes = ' class="imported"' if s.imported else ""
-        rows.append(f'<tr data-student="{esc(s.student)}" data-source="{esc(s.source)}"{classes}>{"".join(row)}</tr>')
+        rows.append(f'<tr data-student="{shown}" data-source="{esc(s.source)}"{classes}>{"".join(row)}</tr>')
     return f'<div class="scroll"><table id="students"><thead><tr>{cells}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'

@@ -163,13 +163,14 @@ def _footer(result: GradeResult, lang: str) -> str:
 
 def _card(result: GradeResult, lang: str, numbering: str) -> str:
     name = PurePath(result.submission).name
-    body = [f'<h1>{esc(say("scorecard", lang) + colon(lang) + name)}</h1>', f'<div class="total" id="total">{result.score:g} / {result.max_score:g}</div>']
-    not_run = [item for item in result.items if item.status == NOT_RUN]
-    if not_run and result.error is None:
-        body.append(f'<p class="muted">{esc(say("scaled", lang))}</p>')
-    if result.error is not None:
-        body.append(f'<p class="flag"><b>{esc(say("unreadable", lang))}</b>{colon(lang)}{esc(result.error.message.get(lang))}</p>')
+    body = [f'<h1>{esc(say("scorecard", lang) + colon(lang) + name)}</h1>']
+    if result.error is not None:  # no total: nothing was graded
+        body.append(f'<p class="flag" id="not-graded"><b>{esc(say("unreadable", lang))}</b>{colon(lang)}{esc(result.error.message.get(lang))}</p>')
         return "".join(body) + _footer(result, lang)
+    body.append(f'<div class="total" id="total">{result.score:g} / {result.max_score:g}</div>')
+    not_run = [item for item in result.items if item.status == NOT_RUN]
+    if not_run:
+        body.append(f'<p class="muted">{esc(say("scaled", lang))}</p>')
     body.append(_errors_first(result, lang, numbering))
     body += [f'<p class="flag">⚠️ <b>{esc(say("flags", lang))}</b>{colon(lang)}{esc(flag.get(lang))}</p>' for flag in result.flags]
     body += [f'<p class="muted">{esc(note.get(lang))}</p>' for note in result.notes]

@@ -28,7 +28,7 @@ WORDS = {
     "cell": ("代码单元", "cell"),
     "flags": ("学术诚信提示", "Integrity flags"),
     "notes": ("说明", "Notes"),
-    "unreadable": ("无法评分", "Could not grade"),
+    "unreadable": ("未评分", "Not graded"),
     "output": ("笔记本的输出（节选）", "what the notebook printed (excerpt)"),
     "fix_first": ("先修好这些：运行出错的代码单元", "Fix these first: cells that raised"),
     "given": ("给定代码（不属于任何 TODO）", "Given code (not part of a TODO)"),
@@ -36,6 +36,41 @@ WORDS = {
     "random_cases": ("随机用例", "Random cases"),
     "skipped": ("评分时没有运行的行", "Lines not run while grading"),
 }
+
+# What kind of failure (Failure.kind), as a page shows it; the codes stay in JSON and the gradebook.
+KINDS = {
+    "wrong": ("结果错误", "wrong result"),
+    "error": ("抛出了异常", "raised an exception"),
+    "not_implemented": ("尚未实现", "not implemented yet"),
+    "not_exercised": ("没有被真正检验到", "never actually checked"),
+    "too_slow": ("太慢，随机用例不够", "too slow for enough random cases"),
+    "not_run": ("未运行", "not run"),
+    "missing": ("缺少定义", "not defined"),
+    "integrity": ("学术诚信问题", "integrity"),
+    "unreadable": ("文件无法评分", "file not gradable"),
+    "crashed": ("进程崩溃", "crashed"),
+    "timeout": ("超时", "timed out"),
+    "budget": ("时间预算用完", "time budget used up"),
+    "given": ("给定代码的行为改变了", "given code behaves differently"),
+    "given_changed": ("给定代码被修改", "given code edited"),
+    "internal": ("评分器自身出错", "the grader failed"),
+    "grader_error": ("评分器出错", "grader error"),
+    "grader_crash": ("评分进程出错", "the grading process failed"),
+    "left_out": ("没有唯一的提交文件", "no single file to grade"),
+    "no_submission": ("没有找到要评分的文件", "no file to grade found"),
+}
+
+
+def kind_word(kind: str, lang: str) -> str:
+    """A failure kind in words; an unknown code (a result from a newer grader) as it is."""
+    zh, en = KINDS.get(kind, (kind, kind))
+    return zh if lang == "zh" else en
+
+
+def not_graded(reason: str, lang: str) -> str:
+    """The one sentence every output gives for a submission that was not graded."""
+    return f"{word('unreadable', lang)}{colon(lang)}{reason}"
+
 
 # Why a line of the notebook did not run while grading (GradeResult.skipped).
 SKIP_REASONS = {

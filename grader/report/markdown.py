@@ -123,14 +123,14 @@ def render(result: GradeResult, lang: str) -> str:
 def _render(result: GradeResult, lang: str) -> str:
     name = PurePath(result.submission).name
     lines = [f"## {say('scorecard', lang)}{colon(lang)}{inline(name)}", ""]
-    lines.append(f"**{say('total', lang)}{colon(lang)}{result.score:g} / {result.max_score:g}**")
-    not_run = [item for item in result.items if item.status == NOT_RUN]
-    if not_run and result.error is None:
-        lines[-1] += f" ({say('scaled', lang)})"
-    lines.append("")
-    if result.error is not None:
+    if result.error is not None:  # no total: nothing was graded
         lines += [f"**{say('unreadable', lang)}**{colon(lang)}{inline(result.error.message.get(lang))}", ""]
         return _finish(lines, result, lang)
+    lines.append(f"**{say('total', lang)}{colon(lang)}{result.score:g} / {result.max_score:g}**")
+    not_run = [item for item in result.items if item.status == NOT_RUN]
+    if not_run:
+        lines[-1] += f" ({say('scaled', lang)})"
+    lines.append("")
     lines += _errors_first(result, lang)
     for flag in result.flags:
         lines.append(f"> ⚠️ **{say('flags', lang)}**{colon(lang)}{inline(flag.get(lang))}")

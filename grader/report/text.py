@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from grader.report import cells as cell_info
 from grader.report.budget import sanitized
-from grader.report.labels import colon, paren, status_word, todo_name, word
+from grader.report.labels import colon, not_graded, paren, status_word, todo_name, word
 from grader.report.pictures import picture_text
 from grader.results import FAILED, Failure, GradeResult, ItemResult
 
@@ -71,7 +71,13 @@ def failure_lines(failure: Failure, lang: str, first: bool) -> list[str]:
 
 
 def _header(result: GradeResult, lang: str) -> str:
-    return f"{word('score', lang)}{colon(lang)}{result.score:g} / {result.max_score:g}   ({result.submission})"
+    return f"{word('score', lang)}{colon(lang)}{result.score:g} / {result.max_score:g}  {paren(result.submission, lang)}"
+
+
+def _not_graded(result: GradeResult, lang: str) -> str:
+    """No score line: a submission that was not graded has none (results.json carries Gradescope's 0)."""
+    assert result.error is not None
+    return f"✗ {not_graded(one_line(result.error.message.get(lang), 600), lang)}{paren(result.submission, lang)}\n"
 
 
 def _raised(result: GradeResult, lang: str, numbering: str) -> list[str]:
@@ -100,11 +106,9 @@ def render(result: GradeResult, lang: str, *, quiet: bool = False, numbering: st
     result = sanitized(result)
     if quiet:
         return render_quiet(result, lang, numbering=numbering)
-    lines = [_header(result, lang)]
     if result.error is not None:
-        lines.append(f"{word('unreadable', lang)}{colon(lang)}{one_line(result.error.message.get(lang), 600)}")
-        return "\n".join(lines) + "\n"
-    lines.append("")
+        return _not_graded(result, lang)
+    lines = [_header(result, lang), ""]
     lines += _raised(result, lang, numbering)
     for flag in result.flags:
         lines.append(f"! {word('flags', lang)}{colon(lang)}{one_line(flag.get(lang), 600)}")
@@ -150,10 +154,9 @@ def _item_line(item: ItemResult, lang: str) -> str:
 def render_quiet(result: GradeResult, lang: str, *, numbering: str = "order") -> str:
     """One line per item (and per cell that raised, first)."""
     result = sanitized(result)
-    lines = [_header(result, lang)]
     if result.error is not None:
-        lines.append(f"✗ {word('unreadable', lang)}{colon(lang)}{one_line(result.error.message.get(lang), 300)}")
-        return "\n".join(lines) + "\n"
+        return _not_graded(result, lang)
+    lines = [_header(result, lang)]
     for cell in cell_info.raised(result):
         lines.append(f"✗ {cell_info.where(cell, lang, numbering)}{colon(lang)}{one_line(cell_info.what(cell, lang), 160)}")
     lines += [_item_line(item, lang) for item in result.items]
