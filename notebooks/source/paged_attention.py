@@ -450,8 +450,8 @@ run_self_checks()
 #
 # `grader.check()` 评的是内核到目前为止运行过的代码单元（按运行顺序），用的是与正式评分相同的沙箱和检查，
 # 并在下面显示评分报告：每个未通过的评分项都有说明、它检查的规则，以及可以粘贴运行的最小复现。
-# 上面的自检不管结果如何都不会中断运行，所以“全部运行”总会走到这里。检查全部 TODO 要几十秒
-# `grader.check("todo3")` 只检查 TODO 3，几秒到十几秒；`grader.check(lang="en")` 用英文。
+# 上面的自检不管结果如何都不会中断运行，所以“全部运行”总会走到这里。检查全部 TODO 要几十秒；
+# `grader.check("todo3")` 只检查 TODO 3，大约快一半；`grader.check(lang="en")` 用英文。
 # 它也返回结果：`.score`（百分制）和 `.items`。这只是反馈，正式成绩以提交后的评分为准；评分时这个单元不会运行。
 #
 # 在 Colab 等托管环境中，先在一个新单元里安装评分器（链接由课程提供），再运行下面的单元：
@@ -462,7 +462,7 @@ run_self_checks()
 # sandbox and with the same checks as the real grading, and shows the scorecard below: every failed item
 # with what went wrong, the rules it checks, and a reproduction you can paste and run. The self-checks above
 # never stop the notebook, so Run All always gets here. Checking every TODO takes some tens of seconds;
-# `grader.check("todo3")` checks TODO 3 only, in some seconds; `grader.check(lang="en")` answers in
+# `grader.check("todo3")` checks TODO 3 alone, in about half that; `grader.check(lang="en")` answers in
 # English. It returns the result too: `.score` (out of 100) and `.items`. This is feedback: your grade comes
 # from grading your submission, which never runs this cell.
 #
