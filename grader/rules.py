@@ -23,10 +23,18 @@ WORDS = {
     "heading": ("评分规则：{todo}（共 {points} 分）", "What the grader checks: {todo} ({points} points)"),
     "lead": (
         "评分器在固定的边界情形和随机生成的情形上检查下面每条规则；一个评分项只有在它检查的情形全部通过时才得分。"
-        "每条规则后面是检查它的评分项和分值。每次被评分的调用最多用 {call} 秒 CPU 时间，一个评分项的全部调用最多 {item} 秒。",
+        "每条规则后面是检查它的评分项和分值。每次被评分的调用最多用 {call} 秒 CPU 时间，一个评分项的全部调用最多 {item} 秒；整份提交最多用 {memory} MB 内存。",
         "The grader checks each rule below on fixed corner cases and on randomly generated ones; an item scores "
         "only when every case it checks passes. After each rule: the items that check it, and their points. "
-        "A graded call may take {call} s of CPU time at most, all the calls of one item {item} s.",
+        "A graded call may take {call} s of CPU time at most, all the calls of one item {item} s, and the whole "
+        "submission {memory} MB of memory.",
+    ),
+    "integrity": (
+        "不要导入或读取答案（`reference`、`student_template`）或评分器的代码（最后的 `grader.check()` 除外），"
+        "也不要改动 Python 的导入机制（`sys.meta_path` 等）：这样的提交整份得零分。",
+        "Never import or read the answer key (`reference`, `student_template`) or the grader's code (the "
+        "`grader.check()` at the end excepted), nor change Python's import machinery (`sys.meta_path` and the "
+        "like): such a submission scores zero as a whole.",
     ),
     "every": ("本 TODO 的全部评分项", "every item of this TODO"),
     "points": ("{points} 分", "{points} pts"),
@@ -132,7 +140,9 @@ def notebook_cell(todo: str, config: Config, rules: tuple[Rule, ...], lead: bool
         parts.append(f"#### {say('heading', lang, todo=title, points=f'{points:g}')}\n")
         if lead:
             limits = config.limits
-            parts.append(say("lead", lang, call=f"{limits.call_timeout_s:g}", item=f"{limits.item_budget_s:g}") + "\n")
+            parts.append(say("lead", lang, call=f"{limits.call_timeout_s:g}", item=f"{limits.item_budget_s:g}", memory=limits.memory_mb) + "\n")
+            if config.zero_on_flag:  # grader/integrity.py
+                parts.append(say("integrity", lang) + "\n")
         parts += [f"- {rule.text(lang)} {open_}{_tag(rule, config, lang)}{close}" for rule in mine]
         parts.append("")
     return "\n".join(parts).rstrip("\n")

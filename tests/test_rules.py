@@ -56,7 +56,8 @@ def test_every_rule_is_in_its_todos_cell_with_its_items_and_points(path: Path) -
     # Chinese first, then English, as the notebook writes; the time limits come from the configuration.
     first = cells["todo1"]
     assert first.index("评分规则：TODO 1（共 15 分）") < first.index("What the grader checks: TODO 1 (15 points)")
-    assert f"{CONFIG.limits.call_timeout_s:g} s of CPU time" in first
+    assert f"{CONFIG.limits.call_timeout_s:g} s of CPU time" in first and f"{CONFIG.limits.memory_mb} MB of memory" in first
+    assert CONFIG.zero_on_flag and "scores zero as a whole" in first and "整份得零分" in first  # grader/integrity.py
 
 
 def test_rules_cells_stand_before_the_code_of_their_todo() -> None:
