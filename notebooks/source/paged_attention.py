@@ -298,12 +298,12 @@ def paged_attention(
 #
 # 下面的单元运行几组小场景：账本、prefill、跨块 decode、OOM 回滚、释放复用、非连续块表恢复和注意力。
 # 未完成的 TODO 显示为“未实现”；已经给出的代码（释放复用）如果用到了还没完成的 TODO，显示为“等待该 TODO”。
-# 没通过的自检会打印出来，但这个单元本身不会报错，所以“全部运行”（Run All）总会一直运行到最后的
-# `grader.check()`。自检通过不等于满分：评分器按上面每个 TODO 的“评分规则”，在大量随机场景上检查。
+# 没通过的自检会打印出来，但这个单元本身从不报错，所以它不会让“全部运行”（Run All）停在最后的
+# `grader.check()` 之前。自检通过不等于满分：评分器按上面每个 TODO 的“评分规则”，在大量随机场景上检查。
 #
 # The cell below runs a few small scenarios. An unfinished TODO shows as "not implemented", and the given
 # code (release and reuse) names the TODO it waits for. A failed self-check is printed, but the cell never
-# raises, so Run All always reaches `grader.check()` in the last cell. Passing these few scenarios is not
+# raises, so it never stops Run All before `grader.check()` in the last cell. Passing these few scenarios is not
 # full marks: the grader checks every rule listed under "What the grader checks" on many generated cases.
 
 # %% selfcheck
@@ -450,7 +450,7 @@ run_self_checks()
 #
 # `grader.check()` 评的是内核到目前为止运行过的代码单元（按运行顺序），用的是与正式评分相同的沙箱和检查，
 # 并在下面显示评分报告：每个未通过的评分项都有说明、它检查的规则，以及可以粘贴运行的最小复现。
-# 上面的自检不管结果如何都不会中断运行，所以“全部运行”总会走到这里。检查全部 TODO 要几十秒；
+# 上面的自检不管发现什么都不会中断“全部运行”，所以总会走到这里。检查全部 TODO 要几十秒；
 # `grader.check("todo3")` 只检查 TODO 3，大约快一半；`grader.check(lang="en")` 用英文。
 # 它也返回结果：`.score`（百分制）和 `.items`。这只是反馈，正式成绩以提交后的评分为准；评分时这个单元不会运行。
 #
@@ -461,7 +461,7 @@ run_self_checks()
 # `grader.check()` grades the cells this kernel has run so far, in the order they ran, in the same
 # sandbox and with the same checks as the real grading, and shows the scorecard below: every failed item
 # with what went wrong, the rules it checks, and a reproduction you can paste and run. The self-checks above
-# never stop the notebook, so Run All always gets here. Checking every TODO takes some tens of seconds;
+# never stop Run All, whatever they find, so it always gets here. Checking every TODO takes some tens of seconds;
 # `grader.check("todo3")` checks TODO 3 alone, in about half that; `grader.check(lang="en")` answers in
 # English. It returns the result too: `.score` (out of 100) and `.items`. This is feedback: your grade comes
 # from grading your submission, which never runs this cell.
