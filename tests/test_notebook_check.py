@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -46,7 +45,7 @@ def test_check_todo3_after_a_buggy_decode_shows_the_failures_and_a_score_below_1
     manager = next(c for c in code if "class KVCacheManager" in c.source)
     assert GOOD_DECODE in manager.source
     manager.source = manager.source.replace(GOOD_DECODE, BUGGY_DECODE)
-    nb.cells = [c for c in nb.cells if "grader.check()" not in c.source]  # the notebook's own last cell: checked below
+    nb.cells = [c for c in nb.cells if not c.source.strip().endswith("grader.check()")]  # the notebook's own last cell: checked below
     nb.cells.append(nbformat.v4.new_code_cell("import time\nimport grader\nstarted = time.monotonic()\nresult = grader.check('todo3', lang='en')\nelapsed = time.monotonic() - started"))
     nb.cells.append(nbformat.v4.new_code_cell("print(repr((result.score, [i.id for i in result.items if i.status == 'failed'], [i.todo for i in result.items], round(elapsed, 2))))"))
     _execute(nb, tmp_path)
@@ -57,12 +56,14 @@ def test_check_todo3_after_a_buggy_decode_shows_the_failures_and_a_score_below_1
     assert "m.allocate_for_decode(" in plain  # the reproduction: code to paste after the cells
     assert "todo1." not in plain and "todo5." not in plain  # only TODO 3's items ran
     assert page.startswith('<div class="pa-card"') and 'class="repro"' in page
-    # The self-check cell raised (it checks decode too): it is shown first, with its In [n].
-    assert re.search(r"⚠ Fix these first: cells that raised:\n  ✗ cell \[\d+\], line \d+: AssertionError", plain), plain[:600]
+    # The self-check cell saw the bug too, printed it and raised nothing (Run All goes on): no cell raised.
+    [self_check] = [c for c in nb.cells if c.cell_type == "code" and "run_self_checks()" in c.source]
+    assert "❌ TODO 3 decode / 解码扩容: AssertionError" in _stream(self_check)
+    assert "Fix these first" not in plain and all(o.get("output_type") != "error" for c in nb.cells for o in c.get("outputs", []))
     score, failed, todos, elapsed = eval(_stream(summary))  # noqa: S307 - our own print of plain values
     assert score < 100 and "todo3.growth" in failed and set(todos) == {"todo3"}
     print(f"grader.check('todo3') took {elapsed} s in the kernel")
-    assert elapsed < 30  # about 3 s on the 2-core development machine; generous for a loaded one
+    assert elapsed < 120  # 32 s on the 2-core development machine under a load of 16 (20 s outside a kernel)
 
 
 def test_outside_ipython_a_clear_message_and_no_traceback() -> None:

@@ -96,7 +96,7 @@ def sdist(source_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[s
 
 
 def _assert_grader_only(names: list[str]) -> None:
-    assert "grader/__init__.py" in names and "grader/config.toml" in names
+    assert "grader/__init__.py" in names and "grader/config.toml" in names and "grader/rules.toml" in names  # the rules: the scorecard shows them
     assert "grader/sandbox/worker.py" in names
     top = {name.split("/")[0] for name in names}
     assert not top & {"reference", "student_template", "notebooks", "tests"}, sorted(top)

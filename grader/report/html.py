@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 from html import escape
 from pathlib import PurePath
 
+from grader import rules as item_rules
 from grader.report import cells as cell_info
 from grader.report.budget import fit, utf8_size
 from grader.report.labels import colon, failed_heading, paren, seconds, status_word, todo_name
@@ -119,6 +121,11 @@ def _failure_body(failure: Failure, lang: str) -> list[str]:
     return parts
 
 
+def rule_html(text: str) -> str:
+    """A rule as the notebook's Markdown shows it: escaped, its `code spans` as <code>."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", esc(text))
+
+
 def _item_card(item: ItemResult, lang: str) -> str:
     parts = [
         f'<div class="item item-{esc(item.status)}" id="{esc(item.id)}">',
@@ -127,6 +134,10 @@ def _item_card(item: ItemResult, lang: str) -> str:
     ]
     if item.failure is not None:
         parts += _failure_body(item.failure, lang)
+    rules = item_rules.for_item(item.id, item.todo) if item.status == FAILED else []
+    if rules:  # what the notebook told the student this item checks (grader/rules.toml)
+        rows = "".join(f"<li>{rule_html(rule.text(lang))}</li>" for rule in rules)
+        parts.append(f'<details class="pa-rules"><summary>{esc(item_rules.say("on_card", lang))}</summary><ul>{rows}</ul></details>')
     parts.append("</div>")
     return "".join(parts)
 

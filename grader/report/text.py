@@ -9,6 +9,7 @@ line of its own.
 
 from __future__ import annotations
 
+from grader import rules as item_rules
 from grader.report import cells as cell_info
 from grader.report.budget import sanitized
 from grader.report.labels import colon, not_graded, paren, status_word, todo_name, word
@@ -132,6 +133,10 @@ def render(result: GradeResult, lang: str, *, quiet: bool = False, numbering: st
                 continue
             previous = said
             lines += failure_lines(item.failure, lang, first)
+            rules = item_rules.for_item(item.id, item.todo)  # what the notebook told the student this item checks
+            if rules:
+                lines.append(f"{INDENT}{item_rules.say('on_card', lang)}{colon(lang).rstrip()}")
+                lines += [f"{INDENT}  - {one_line(rule.text(lang), 400)}" for rule in rules]
             first = first and not item.failure.repro_for(lang)  # "first": the first reproduction shown
         elif item.failure is not None:  # not run here: say why, on one line
             lines.append(INDENT + one_line(item.failure.message.get(lang), 300))
