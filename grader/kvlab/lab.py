@@ -110,7 +110,7 @@ def summarize(run: Run) -> dict[str, Any]:
         "recomputed_tokens": run.recomputed_tokens,
         "requests": run.requests,
         "finished": run.finished,
-        "leaked_slots_at_end": run.leaked_at_end,
+        "leaked_slots_at_end": None if run.error is not None else run.leaked_at_end,
         "all_steps": {"token_state_fraction": share(line.token, everything), "mean_running": round(_mean(line.running, everything), 2)},
         "error": None if run.error is None else run.error.text("en"),
         "error_zh": None if run.error is None else run.error.text("zh"),

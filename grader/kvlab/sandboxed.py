@@ -22,8 +22,8 @@ from typing import Any
 from grader.config import Config
 from grader.folder import plan as plan_folder
 from grader.kvlab.memory import AllocatorError, Observation, StepOutcome, StepPlan, Unfinished
-from grader.sandbox.clock import Budget
 from grader.sandbox.client import Sandbox
+from grader.sandbox.clock import Budget
 from grader.sandbox.protocol import BudgetExceeded, WorkerLost, _clean_error
 from grader.sandbox.session import Session
 from grader.submission import load_submission

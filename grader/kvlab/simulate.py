@@ -80,6 +80,7 @@ class _Scheduler:
         self.out = [r.output_len for r in self.reqs]
         self.length = [0] * n  # tokens in the cache while running
         self.generated = [0] * n  # output tokens so far (kept across a preemption)
+        self.served = [False] * n  # admitted at least once
         self.waiting: deque[int] = deque()
         self.running: list[int] = []  # in admission order: the last is the first to be preempted
         self.due: dict[int, list[int]] = {}  # step -> requests that generate their last token in it
@@ -161,14 +162,16 @@ class _Scheduler:
             self.waiting.popleft()
             length[r] = self.prompt[r] + generated[r]
             prefill += length[r]
-            self.run.recomputed_tokens += generated[r]
+            if self.served[r]:  # preempted before: all of it is computed again
+                self.run.recomputed_tokens += length[r]
+            self.served[r] = True
             self.due.setdefault(t + out[r] - generated[r], []).append(r)
         self.tokens += prefill
         self.run.finished += len(finishing)
         if preempted:
             self.waiting.extendleft(sorted(preempted, reverse=True))  # back to the front, oldest first
             self.run.preemptions += len(preempted)
-        if not running and self.waiting:
+        if not running and self.waiting and not preempted:  # admission was tried on an empty pool
             raise Stalled(
                 f"request {self.waiting[0]} does not fit in the empty pool ({self._lost()})",
                 f"请求 {self.waiting[0]} 在空池中也放不下（{self._lost('zh')}）", request=self.waiting[0])
