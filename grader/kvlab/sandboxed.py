@@ -142,7 +142,7 @@ class SandboxDriver:
 
 
 @contextlib.contextmanager
-def sandboxed_allocator(path: Path, config: Config) -> Iterator[Any]:
+def sandboxed_allocator(path: Path, config: Config) -> Iterator[SandboxAllocator]:
     """A factory of SandboxDrivers for the submission at `path`, its cells loaded once.
 
     Raises SubmissionUnusable when the file cannot be read or defines no allocator."""
@@ -161,14 +161,20 @@ def sandboxed_allocator(path: Path, config: Config) -> Iterator[Any]:
         missing = [name for name in NEEDED if (report.names.get(name) or {}).get("kind") != "class"]
         if missing:
             raise SubmissionUnusable(f"the submission defines no class {' or '.join(missing)} (after running its cells)")
-        budget = Budget(float(config.limits.total_budget_s), wall_backstop=config.limits.wall_backstop, wall_deadline=deadline)
+        yield SandboxAllocator(sandbox, Budget(float(config.limits.total_budget_s), wall_backstop=config.limits.wall_backstop, wall_deadline=deadline))
 
-        def driver(num_blocks: int, block_size: int) -> SandboxDriver:
-            try:
-                session = sandbox.session(budget)
-            except WorkerLost as lost:
-                raise AllocatorError(f"the submission's process could not start a session ({lost})",
-                                     f"无法为提交启动会话（{lost}）") from None
-            return SandboxDriver(session, num_blocks, block_size)
 
-        yield driver
+class SandboxAllocator:
+    """Makes a SandboxDriver per paged run, each in a session child of its own; `budget` counts
+    the CPU of the judge's thread and of every session (the lab's, against grading's limits)."""
+
+    def __init__(self, sandbox: Sandbox, budget: Budget):
+        self.sandbox, self.budget = sandbox, budget
+
+    def __call__(self, num_blocks: int, block_size: int) -> SandboxDriver:
+        try:
+            session = self.sandbox.session(self.budget)
+        except WorkerLost as lost:
+            raise AllocatorError(f"the submission's process could not start a session ({lost})",
+                                 f"无法为提交启动会话（{lost}）") from None
+        return SandboxDriver(session, num_blocks, block_size)
