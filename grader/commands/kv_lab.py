@@ -24,6 +24,7 @@ from typing import Any
 
 EXIT_FAILED, EXIT_USAGE = 1, 2
 DEFAULT_RATES = {"sharegpt": 1.0, "alpaca": 10.0}  # requests per step: more than paging serves
+DEFAULT_SIZES = (16, 8, 32, 64, 128)  # the first is served over time; all of them are swept
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
@@ -33,7 +34,8 @@ def register(verbs: argparse._SubParsersAction) -> None:
     p.add_argument("--requests", type=int, default=1000, help="requests in a synthetic trace (default: 1000)")
     p.add_argument("--rate", type=float, default=None, help="arrivals per step, a Poisson process; 0: all at once (default: sharegpt 1, alpaca 10)")
     p.add_argument("--seed", type=int, default=0, help="seed of a synthetic trace (default: 0)")
-    p.add_argument("--block-size", default="16", help="tokens per block; a comma list (16,8,32,64) also sweeps: the first is drawn over time (default: 16)")
+    p.add_argument("--block-size", default=None, help="tokens per block: one size, or a comma list to sweep, the first drawn over time "
+                   "(default: 16, and a sweep over 8,16,32,64,128)")
     p.add_argument("--pool-blocks", type=int, default=2048, help="blocks in the pool at the first block size; a sweep keeps the pool's slots (default: 2048)")
     p.add_argument("--max-model-len", type=int, default=2048, help="the longest request, and what static reservation reserves (default: 2048)")
     p.add_argument("--max-running", type=int, default=256, help="most requests running at once, as vLLM's max_num_seqs (default: 256)")
@@ -90,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     lang = args.lang or config.feedback.language
-    sizes = _sizes(args.block_size)
+    sizes = list(DEFAULT_SIZES) if args.block_size is None else _sizes(args.block_size)
     if sizes is None:
         print(f"kv-lab: --block-size takes positive whole numbers, comma-separated, each once: {args.block_size!r}", file=sys.stderr)
         return EXIT_USAGE

@@ -21,7 +21,7 @@ STYLE = (
     "text{font:12px system-ui,-apple-system,'Segoe UI','Noto Sans CJK SC','PingFang SC',sans-serif;fill:#1d2430}"
     ".pa-small{font-size:11px;fill:#5f6b7a}.pa-label{font-weight:600}.pa-axis{stroke:#7b8694;stroke-width:1}"
     ".pa-grid{stroke:#e4e7eb;stroke-width:1}.pa-running{fill:none;stroke:#1d2430;stroke-width:1.4}"
-    ".pa-mark{stroke:#1d2430;stroke-width:1;stroke-dasharray:4 3}"
+    ".pa-mark{stroke:#1d2430;stroke-width:1;stroke-dasharray:4 3}.pa-note{paint-order:stroke;stroke:#fff;stroke-width:3px}"
 )
 
 
@@ -86,7 +86,7 @@ def _panel(name: str, run: Any, row: dict[str, Any], top: float, span: int, max_
         x = LEFT + plot_w * min(1.0, (busy[-1] + 1) / max(span, 1))
         out.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{top + PANEL_H}" class="pa-mark"/>')
         anchor, dx = ("end", -3) if x > LEFT + plot_w * 0.8 else ("start", 3)
-        out.append(f'<text x="{x + dx:.1f}" y="{top + 11}" text-anchor="{anchor}" class="pa-small">{esc(w("queue_empty", lang))}</text>')
+        out.append(f'<text x="{x + dx:.1f}" y="{top + 11}" text-anchor="{anchor}" class="pa-small pa-note">{esc(w("queue_empty", lang))}</text>')
     out.append(f'<line x1="{LEFT}" y1="{top + PANEL_H}" x2="{LEFT + plot_w}" y2="{top + PANEL_H}" class="pa-axis"/>')
     out.append(f'<text x="{WIDTH - RIGHT + 6}" y="{top + 4}" class="pa-small">{max_running}</text>')
     out.append(f'<text x="{WIDTH - RIGHT + 6}" y="{top + PANEL_H + 4}" class="pa-small">0</text>')

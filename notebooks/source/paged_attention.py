@@ -285,7 +285,7 @@ try:
 except ImportError:
     print("安装评分器后才能运行这个实验（见最后一个单元）/ install the grader to run this lab (see the last cell)")
 else:
-    grader.kv_lab(KVCacheManager, Request, block_size=16, sweep=(8, 16, 32, 64))
+    grader.kv_lab(KVCacheManager, Request, block_size=16, sweep=(8, 16, 32, 64, 128))
 
 
 # %% [markdown]
