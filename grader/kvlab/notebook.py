@@ -9,6 +9,7 @@ the call never runs: grader/checkcalls.py replaces every statement that uses the
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -55,8 +56,9 @@ def kv_lab(manager_cls: Any, request_cls: Any, *, trace: str = "sharegpt", reque
     if smoke.error is not None:  # it would fail the same way on the whole trace
         print(f"{smoke.error.text('zh')}\n{smoke.error.text('en')}")
         return None
-    result = run_lab(served, config, driver, allocator="your KVCacheManager", policies=POLICIES)
+    result = run_lab(served, config, driver, allocator="your KVCacheManager", policies=POLICIES, progress=_progress())
     summary = result.summary()
+    print("\r" + " " * 40 + "\r", end="")
     print("\n".join(table(summary, lang)))
     other = headline(summary, "en" if lang == "zh" else "zh")
     if other:
@@ -66,6 +68,19 @@ def kv_lab(manager_cls: Any, request_cls: Any, *, trace: str = "sharegpt", reque
     if plot:
         plot_lab(result, lang)
     return result
+
+
+def _progress() -> Any:
+    """One line, rewritten in place, while the trace is served (a slow allocator shows it is working)."""
+    shown = {"at": 0.0}
+
+    def report(policy: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        if done >= total or now - shown["at"] >= 0.5:
+            shown["at"] = now
+            print(f"\r{policy:<16} {done:>6} / {total}", end="", flush=True)
+
+    return report
 
 
 def plot_lab(result: LabResult, lang: str = "zh") -> Any:
