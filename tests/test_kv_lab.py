@@ -267,6 +267,14 @@ def test_an_unfinished_todo_and_a_miscount_are_named() -> None:
 
     assert "more blocks than the pool has" in _paged(HAND, 4, 2, manager=Shares).error.text("en")  # type: ignore[union-attr]
 
+    class Floats(reference.KVCacheManager):  # type: ignore[misc, name-defined]
+        def allocate_for_decode(self, req: Any) -> None:
+            super().allocate_for_decode(req)
+            req.seq_len = float(req.seq_len)
+
+    run = _paged(HAND, 4, 2, manager=Floats)
+    assert run.error is not None and "TypeError" in run.error.text("en")  # a seq_len must be an int, as the contract says
+
 
 # --- the figures, the picture, the notebook, the verb --------------------------------------------
 

@@ -84,10 +84,13 @@ class LocalDriver:
     def _observe(self, observed: list[Any], audit: bool) -> Observation:
         try:
             free = self.manager.free_blocks
+            seqs = [req.seq_len for req in observed]
+            if set(map(type, seqs)) - {int}:  # rare: converted one by one (a numpy integer), or refused
+                seqs = [_count(seq) for seq in seqs]
             seen = Observation(
                 free=len(free),
                 tables=[len(req.block_table) for req in observed],
-                seqs=[req.seq_len for req in observed],  # compared with the expected length, not converted
+                seqs=seqs,
                 free_list=[_count(b) for b in free] if audit else None,
                 table_lists=[[_count(b) for b in req.block_table] for req in observed] if audit else None,
             )
