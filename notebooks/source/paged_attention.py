@@ -246,7 +246,8 @@ class KVCacheManager:
 #
 # 块大小的权衡：块越大，尾部浪费越多（每个请求平均约 块大小/2 个槽位），块表越短（每个请求 ⌈长度/块大小⌉ 项），
 # 注意力读取也越连续；块越小则反之。最下面的柱状图比较了几种块大小（池的总槽位不变）。
-# 评分时这个单元不会运行，也不影响成绩；可以改参数（`trace="alpaca"`、`block_size=`、`sweep=`）再试。
+# 评分时这个单元不会运行，也不影响成绩；可以改参数（`trace="alpaca"`、`block_size=`、`sweep=`）再试，
+# 但只通过 `import grader` 使用评分器：导入评分器内部的模块（如 `grader.kvlab`）会被标记。
 #
 # **English**: once TODO 2 and TODO 3 are done, run the next cell. It simulates a serving engine: 1000 requests
 # queue in arrival order (ShareGPT-like lengths: prompts about 161 tokens and outputs about 338 on average,
@@ -276,7 +277,8 @@ class KVCacheManager:
 # Block size is a trade: larger blocks waste more at the tail (about block_size / 2 slots per request) but keep
 # block tables short (⌈length / block_size⌉ entries per request) and reads contiguous; smaller blocks the other way
 # round. The bars at the bottom compare block sizes on the same pool. This cell never runs while grading and
-# counts for nothing; change its arguments (`trace="alpaca"`, `block_size=`, `sweep=`) and run it again.
+# counts for nothing; change its arguments (`trace="alpaca"`, `block_size=`, `sweep=`) and run it again, but reach the
+# grader only through `import grader`: importing its inner modules (such as `grader.kvlab`) is flagged.
 
 # %% selfcheck
 # Ungraded: grading replaces this cell with `pass` (it only uses the grader). / 不计分：评分时这个单元被替换为 `pass`。
