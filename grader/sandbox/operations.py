@@ -217,6 +217,64 @@ class Session:
         # Whether the inputs changed, the judge reads from the shared file itself.
         return {"output": payload}
 
+    def op_kv_lab_step(self, msg):
+        """One step of the KV-utilisation lab (grader/kvlab/sandboxed.py, which decides
+        everything: this only makes the calls, in order, and reads back what they left).
+
+        Releases `release_first`; room for one more token for each of `decode`, stopping at
+        the first call that raises; then releases `release_after`, admits `admit` (a new
+        Request each, prefilled) up to the first that raises, and reads the free list's length
+        and each kept or admitted request's table length and seq_len (with `audit`, the lists).
+        A call that raises ends the step there and is described; the judge decides what it means.
+        """
+        live = self.example.setdefault("kv_lab", {})  # request id -> its Request
+        manager = self.handles[msg["manager"]]
+        reply = {"decoded": 0, "admitted": 0}
+
+        def failed(call, request, error):
+            reply["failed"] = {"call": call, "request": request, "error": describe_error(error)}
+            return reply
+
+        for request in msg["release_first"]:
+            try:
+                manager.release_request(live.pop(request))
+            except BaseException as error:
+                return failed("release_request", request, error)
+        for request in msg["decode"]:
+            try:
+                manager.allocate_for_decode(live[request])
+            except BaseException as error:
+                return failed("allocate_for_decode", request, error)
+            reply["decoded"] += 1
+        for request in msg["release_after"]:
+            try:
+                manager.release_request(live.pop(request))
+            except BaseException as error:
+                return failed("release_request", request, error)
+        make = self.ns["Request"]
+        admitted = []
+        for request, length in msg["admit"]:
+            try:
+                req = make(request_id=request, prompt_len=length)
+                manager.allocate_for_prefill(req)
+            except BaseException as error:
+                reply["admit_stopped"] = {"request": request, "error": describe_error(error)}
+                break
+            live[request] = req
+            admitted.append(request)
+        reply["admitted"] = len(admitted)
+        try:
+            observed = [live[request] for request in msg["keep"]] + [live[request] for request in admitted]
+            reply["free"] = _plain_int(len(manager.free_blocks), "len(free_blocks)")
+            reply["tables"] = [_plain_int(len(req.block_table), "len(block_table)") for req in observed]
+            reply["seqs"] = [_plain_int(req.seq_len, "seq_len") for req in observed]
+            if msg.get("audit"):
+                reply["free_list"] = int_list(manager.free_blocks, "free_blocks")
+                reply["table_lists"] = [int_list(req.block_table, "block_table") for req in observed]
+        except BaseException as error:
+            return failed("reading free_blocks / block_table / seq_len", None, error)
+        return reply
+
     def serve(self, sock):
         while True:
             msg = recv(sock)

@@ -231,6 +231,75 @@ class KVCacheManager:
 
 
 # %% [markdown]
+# ## 实验（不计分）：为什么要分页 / Lab (ungraded): why paging matters
+#
+# **中文**：完成 TODO 2 和 TODO 3 后运行下一个单元。它模拟一台推理服务器：1000 个请求按到达顺序排队（长度仿照
+# ShareGPT：prompt 平均约 161 个 token，输出平均约 338 个，少数请求很长）；每一步给每个运行中的请求生成一个 token，
+# 显存放得下就接纳排在最前面的请求（prefill）；某个请求需要新块却没有空闲块时，最晚进入的请求被抢占，释放显存，
+# 回到队首，之后重新计算。同一个 KV 池（2048 块 × 16 = 32768 个 token 槽位）交给四种策略各跑一遍：
+# 按 `max_model_len`（2048）静态预留；按最终长度向上取 2 的幂预留；按真实最终长度预留（“预知”，现实中做不到，
+# 因为没人事先知道会生成多少 token）；以及分页——调用的正是**你写的** `allocate_for_prefill`、
+# `allocate_for_decode` 和给定的 `release_request`。
+#
+# 每个面板是一种策略：横轴是调度步，纵轴是池的百分比，黑线是同时运行的请求数。颜色表示槽位此刻的用途：
+# 绿色 = 存着 token 的 K/V（唯一有用的部分）；黄色 = 已预留、之后的 token 会用到；深橙 = 已预留、到请求结束也用不到；
+# 紫色 = 分页时请求最后一块里尚未填满的空位；红色 = 丢失的块（既不在空闲列表中，也不在任何请求的块表中）；灰色 = 空闲。
+# 正确的分配器没有红色。如果你的分配器漏块（比如 OOM 时没把已拿走的块放回去），红色只增不减，
+# 直到连一个请求都放不下，实验会在那里停下并告诉你原因。
+#
+# 论文中的数字为什么是这样（Kwon 等，SOSP 2023，图 2：预留式系统只有 20.4%–38.2% 的 KV 显存存着 token，
+# vLLM 达到 96.3%）：预留式系统必须在请求开始时就为它可能的最长输出留好位置，而大多数请求远远用不完；
+# 即使知道真实长度，预留的空间也要等到最后一个 token 才被填满。分页只在需要时按块申请，浪费只剩每个请求
+# 最后一块的尾巴（平均约半块）。省下的显存让更多请求同时运行，这才是吞吐量提高的原因。
+# 这里的预留策略不计外部碎片，所以它们的数字比论文略好。
+#
+# 块大小的权衡：块越大，尾部浪费越多（每个请求平均约 块大小/2 个槽位），块表越短（每个请求 ⌈长度/块大小⌉ 项），
+# 注意力读取也越连续；块越小则反之。最下面的柱状图比较了几种块大小（池的总槽位不变）。
+# 评分时这个单元不会运行，也不影响成绩；可以改参数（`trace="alpaca"`、`block_size=`、`sweep=`）再试，
+# 但只通过 `import grader` 使用评分器：导入评分器内部的模块（如 `grader.kvlab`）会被标记。
+#
+# **English**: once TODO 2 and TODO 3 are done, run the next cell. It simulates a serving engine: 1000 requests
+# queue in arrival order (ShareGPT-like lengths: prompts about 161 tokens and outputs about 338 on average,
+# with a long tail); every step generates one token for each running request and admits the head of the queue
+# (prefill) while memory allows; when a request needs a block and none is free, the most recently admitted
+# request is preempted, gives its memory back, returns to the front of the queue and is recomputed later. One
+# KV pool (2048 blocks × 16 = 32768 token slots) is run four times: static reservation of `max_model_len`
+# (2048), reservation of the final length rounded up to a power of two, reservation of the exact final length
+# (an oracle: no real server knows the output length in advance), and paging, which calls **your**
+# `allocate_for_prefill` and `allocate_for_decode` and the given `release_request`.
+#
+# Each panel is one policy: steps across, share of the pool up, and the black line counts the running requests.
+# Colours say what a slot is doing: green = holds a token's K/V (the only useful part); yellow = reserved, a later
+# token will use it; dark orange = reserved and never used before the request ends; purple = the unfilled end of
+# a request's last block (paging); red = lost blocks, neither free nor in any block table; grey = free. A correct
+# allocator shows no red. One that leaks (say, an OOM that keeps the blocks it already took) shows red that only
+# grows, until not even one request fits; the lab stops there and says why.
+#
+# Why the paper's figures come out as they do (Kwon et al., SOSP 2023, Figure 2: 20.4-38.2% of KV memory holds
+# token states in reservation-based systems, 96.3% in vLLM): a reservation must cover the longest output a request
+# might produce, and most requests use a fraction of it; even an exact reservation fills only as the last token
+# arrives. Paging takes a block only when a token needs one, so the waste is the tail of each request's last block,
+# about half a block. The memory saved is what lets more requests run at once, which is where the throughput
+# comes from. External fragmentation is not modelled here, so the reservation policies look a little better than
+# in the paper.
+#
+# Block size is a trade: larger blocks waste more at the tail (about block_size / 2 slots per request) but keep
+# block tables short (⌈length / block_size⌉ entries per request) and reads contiguous; smaller blocks the other way
+# round. The bars at the bottom compare block sizes on the same pool. This cell never runs while grading and
+# counts for nothing; change its arguments (`trace="alpaca"`, `block_size=`, `sweep=`) and run it again, but reach the
+# grader only through `import grader`: importing its inner modules (such as `grader.kvlab`) is flagged.
+
+# %% selfcheck
+# Ungraded: grading replaces this cell with `pass` (it only uses the grader). / 不计分：评分时这个单元被替换为 `pass`。
+try:
+    import grader
+except ImportError:
+    print("安装评分器后才能运行这个实验（见最后一个单元）/ install the grader to run this lab (see the last cell)")
+else:
+    grader.kv_lab(KVCacheManager, Request, block_size=16, sweep=(8, 16, 32, 64, 128))
+
+
+# %% [markdown]
 # ## TODO 5：解码阶段的分页注意力 / decode-time paged attention
 #
 # 解码时每个序列只有一个新的 query token。真实引擎不会先把缓存拼成连续张量，而是在注意力里直接按块表读取。
