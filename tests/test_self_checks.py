@@ -16,13 +16,15 @@ BUGGY_DECODE = "        if new_len > len(req.block_table) * self.block_size + 1:
 
 
 def _code_cells(path: Path) -> tuple[list[str], str]:
-    """The notebook's module cells, and its self-check cell (the first `selfcheck` cell)."""
+    """The notebook's module cells, and its self-check cell (the `selfcheck` cell that runs them; the
+    lab's cell and the grader's are `selfcheck` cells too)."""
     nb = json.loads(path.read_text(encoding="utf-8"))
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
     modules = ["".join(c["source"]) for c in code if "module" in c["metadata"]["tags"]]
     checks = ["".join(c["source"]) for c in code if "selfcheck" in c["metadata"]["tags"]]
-    assert "run_self_checks()" in checks[0] and "grader.check()" in checks[-1]
-    return modules, checks[0]
+    self_check = [c for c in checks if "run_self_checks()" in c]
+    assert len(self_check) == 1 and "grader.check()" in checks[-1]
+    return modules, self_check[0]
 
 
 def _run(modules: list[str], check: str) -> None:
