@@ -14,7 +14,8 @@ socketpair; forkserver.py).
 Differences from a cold worker that a submission could see, none of which grading reads: the
 process's initial environment block and command line (/proc/self/environ and cmdline) are the
 template's (its environment holds no secret: the worker's own, less the grading's paths and
-token), and torch's import-time helper thread is not there (a forked process has one thread,
+token; its command line a cold worker's with `--template` and a descriptor's number; sys.argv
+and sys.orig_argv are a cold worker's), and torch's import-time helper thread is not there (a forked process has one thread,
 as the session children always had).  Memory: the pages torch's import wrote are shared with
 the template, so the worker first takes its own copy of them (worker.own_inherited_memory),
 and its grading's cgroup counts what a cold worker's counts, under the same caps.
@@ -108,15 +109,19 @@ class Template:
         shutil.rmtree(self.home, ignore_errors=True)
 
 
-def start(env: dict[str, str], *, python: str | None = None, label: str = "") -> Template:
+def start(env: dict[str, str], *, python: str | None = None) -> Template:
     """Start a template that imports torch under `env` (the worker's environment, Sandbox._env
-    less the per-grading variables), without waiting for it: see Template.wait_ready()."""
+    less the per-grading variables), without waiting for it: see Template.wait_ready().
+
+    Its command line is a cold worker's and a descriptor's number, nothing more: every worker
+    forked from it shows it as its own (/proc/self/cmdline), and a label (the class folder)
+    would tell a submission where the TA keeps the grades."""
     python = python or sys.executable
     home = Path(tempfile.mkdtemp(prefix="pa-template-"))  # HOME and TMPDIR while torch imports: empty
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         process = subprocess.Popen(
-            [python, "-u", "-s", "-P", str(WORKER), "--template", str(theirs.fileno()), *([label] if label else [])],
+            [python, "-u", "-s", "-P", str(WORKER), "--template", str(theirs.fileno())],
             cwd="/",
             env={**env, "HOME": str(home), "TMPDIR": str(home)},
             stdin=subprocess.DEVNULL,
