@@ -331,7 +331,7 @@ def test_a_cpu_hog_beside_a_correct_classmate_costs_it_nothing(tmp_path: Path) -
     out = tmp_path / "grades"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
     batch = subprocess.run(
-        [sys.executable, "-m", "grader", "grade-batch", str(folder), "--out", str(out), "-j", "2", "--force", "--lang", "en"],
+        [sys.executable, "-m", "grader", "grade-batch", str(folder), "--out", str(out), "-j", "2", "--force", "--lang", "en", "--public-seed"],
         env=env,
         capture_output=True,
         text=True,
