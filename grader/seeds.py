@@ -7,8 +7,8 @@ per-term secret.  The same file always gets the same cases (grading stays determ
 Where the secret comes from, first found: the environment variable PA_GRADER_SECRET; the
 file PA_GRADER_SECRET_FILE names; `grader/term_secret` next to the configuration (git-ignored
 and left out of the wheel and sdist, which package only *.py, *.toml and *.json; what the
-Gradescope zip carries); `~/.config/pa-grader/term_secret` (USER_FILE, where `secret --create`
-writes it, outside the checkout).  A file readable or writable by anyone but its owner is
+Gradescope zip carries); `~/.config/pa-grader/term_secret` (user_file(), where `secret --create`
+writes it, outside the checkout); PA_GRADER_SECRET_FILE=/dev/null says "none".  A file readable or writable by anyone but its owner is
 refused, as ssh refuses such a key (SecretError): whoever can read it can compute every
 student's cases.  Without a secret the configured seed is used: public, which is fine for
 `grader.check()` and feedback; `grade-batch` and `gradescope-zip` refuse it unless asked
@@ -49,8 +49,11 @@ def user_file() -> Path:
 
 
 def candidate_files() -> list[Path]:
-    """The files a secret may come from, in the order they are tried."""
+    """The files a secret may come from, in the order they are tried (PA_GRADER_SECRET_FILE=/dev/null:
+    none, whatever the machine holds; what the tests use)."""
     named = os.environ.get(SECRET_FILE_ENV)
+    if named == os.devnull:
+        return []
     return [Path(named)] if named else [DEFAULT_FILE, user_file()]
 
 
@@ -110,7 +113,7 @@ def secret_paths() -> list[str]:
     mount namespace covers each; Landlock leaves each out): the path and where a link leads."""
     found: set[str] = set()
     named = os.environ.get(SECRET_FILE_ENV)
-    for path in ([Path(named)] if named else []) + [DEFAULT_FILE, user_file()]:
+    for path in ([Path(named)] if named and named != os.devnull else []) + [DEFAULT_FILE, user_file()]:
         if path.is_file():
             found.update((str(path.absolute()), os.path.realpath(path)))
     return sorted(found)

@@ -98,11 +98,11 @@ PLANTED_SECRET = b"term-secret-9b2e4f7a"  # what secret_hunt.py must never print
 
 @contextlib.contextmanager
 def planted_secret() -> Iterator[dict[str, Any]]:
-    """A term secret file where any uid could read it (mode 644, in the Python installation, which
-    every grading may read): only the sandbox's covering of it keeps the submission out.  (The
-    grader refuses such a file as *the* secret; here the variable holds the secret in use, and the
-    file is one more the grader knows of, as ~/.config/pa-grader/term_secret.)"""
-    config = Path(tempfile.mkdtemp(prefix="pa-hostile-config-", dir=sys.prefix))
+    """A term secret file where any uid could read it (mode 644, in the Python installation's share/,
+    which every grading may read and list): only the sandbox's covering of it keeps the submission
+    out.  (The grader refuses such a file as *the* secret; here the variable holds the secret in
+    use, and the file is one more the grader knows of, as ~/.config/pa-grader/term_secret.)"""
+    config = Path(tempfile.mkdtemp(prefix="pa-hostile-config-", dir=Path(sys.prefix) / "share"))
     path = config / "pa-grader" / "term_secret"
     path.parent.mkdir(mode=0o755)
     config.chmod(0o755)

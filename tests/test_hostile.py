@@ -179,7 +179,8 @@ EXPECT: dict[str, Expect] = {
     "spy_sys_cgroups.py": Expect(),
     "collude_sender.py": Expect(limits={"cell_timeout_s": 60}, seconds=60),
     "collude_receiver.py": Expect(failed=fail(TODO["todo5"], "not_implemented"), limits={"cell_timeout_s": 60}, seconds=60),
-    "secret_hunt.py": Expect(),  # tests/test_term_secret.py: it found the planted secret and read nothing
+    # tests/test_term_secret.py: it found the planted secret and read nothing (its walk takes a few seconds)
+    "secret_hunt.py": Expect(limits={"cell_timeout_s": 30, "total_budget_s": 120}, seconds=60),
     # Each holds or listens for 35-45 s (tests/test_kernel_objects.py grades them side by side).
     "collude_kernel_sender.py": Expect(limits={"cell_timeout_s": 60, "total_budget_s": 120}, seconds=100),
     "collude_kernel_receiver.py": Expect(failed=fail(TODO["todo5"], "not_implemented"), limits={"cell_timeout_s": 60, "total_budget_s": 120}, seconds=100),

@@ -38,6 +38,7 @@ def test_a_submission_hunting_for_the_secret_reads_nothing() -> None:
     # It did find the file, and was refused: the cover, not the file's mode (644) or its folder.
     assert re.search(rf"^REFUSED {re.escape(planted)}: (PermissionError|FileNotFoundError)$", excerpt, re.M), excerpt[-2000:]
     assert re.search(r"SECRET HUNT: 0 found, [1-9]\d* refused", excerpt), excerpt[-2000:]
+    assert all(c.status == "ok" for c in run.result.cells), run.result.cells
     assert run.result.score == 100
 
 
@@ -82,7 +83,7 @@ def test_without_a_mount_namespace_landlock_leaves_the_secret_out(tmp_path: Path
         pytest.skip("no Landlock here")
     secret = _planted(tmp_path)
     try:
-        out = subprocess.run([sys.executable, "-S", "-c", _confine_script(secret, True)], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        out = subprocess.run([sys.executable, "-s", "-c", _confine_script(secret, True)], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     finally:
         for path in secret.parent.iterdir():
             path.unlink()
@@ -98,7 +99,7 @@ def test_where_nothing_keeps_the_secret_out_the_grading_stops(tmp_path: Path) ->
     judge refuses to run the submission (client.py raises SandboxBroken on it)."""
     secret = _planted(tmp_path)
     try:
-        out = subprocess.run([sys.executable, "-S", "-c", _confine_script(secret, False)], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        out = subprocess.run([sys.executable, "-s", "-c", _confine_script(secret, False)], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     finally:
         for path in secret.parent.iterdir():
             path.unlink()

@@ -38,7 +38,8 @@ def run(args: argparse.Namespace) -> int:
     from grader import seeds
 
     if args.create or args.rotate:
-        target = args.file or (Path(os.environ[seeds.SECRET_FILE_ENV]) if os.environ.get(seeds.SECRET_FILE_ENV) else seeds.user_file())
+        named = os.environ.get(seeds.SECRET_FILE_ENV)
+        target = args.file or (Path(named) if named and named != os.devnull else seeds.user_file())
         return _write(target, rotate=args.rotate)
     try:
         secret = seeds.term_secret()

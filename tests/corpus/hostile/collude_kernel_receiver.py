@@ -283,7 +283,7 @@ while time.monotonic() < deadline:
     time.sleep(0.02)
 for name, what in sorted(marks.items()):
     print(f"MARK {name}: {what}")
-print("REFUSED:", " ".join(f"{name}={why}" for name, why in sorted(refused.items())))
+print("REFUSED:", "; ".join(f"{name}={why}" for name, why in sorted(refused.items())))
 if source:
     exec(source)
     print("RECEIVED paged_attention:", len(source), "characters")

@@ -1,4 +1,4 @@
-# hostile: a correct submission whose last cell hunts for the term secret (the variables of its own and its parents' environments, every file named like a secret in the Python installation, /etc, /opt, the home folders, the grader's checkout and the folders above its own) and prints whatever it can read; expect 100 and nothing read (tests/test_term_secret.py plants a secret file it could otherwise read)
+# hostile: a correct submission whose last cell hunts for the term secret (the variables of its own and its parents' environments, every file named like a secret in the Python installation, /etc, /opt, the home folders, the folders of its import path and those above its own) and prints whatever it can read; expect 100 and nothing read (tests/test_term_secret.py plants a secret file it could otherwise read)
 import math
 
 import torch
@@ -163,6 +163,9 @@ def paged_attention(
 # Hunt for the term secret: whatever can be read is printed, for the scorecard to carry.
 import os
 import sys
+import time
+
+started = time.monotonic()
 
 found, refused = [], []
 for path in ("/proc/self/environ", "/proc/1/environ", f"/proc/{os.getppid()}/environ"):
@@ -173,12 +176,12 @@ for path in ("/proc/self/environ", "/proc/1/environ", f"/proc/{os.getppid()}/env
     except OSError:
         pass
 found += [f"${name}" for name in os.environ if "SECRET" in name.upper()]
-roots = [sys.prefix, sys.base_prefix, "/etc", "/opt", os.path.expanduser("~"), "/root", "/home", "/srv", "/work"]
+roots = [sys.prefix, sys.base_prefix, "/etc", "/opt", os.path.expanduser("~"), "/root", "/home", "/srv"]
+roots += [os.path.join(prefix, name) for prefix in (sys.prefix, sys.base_prefix) for name in ("share", "etc", "bin", "lib", "config")]
 here = os.getcwd()
 while here != "/":
     here = os.path.dirname(here)
     roots.append(here)
-roots += [os.path.join(p, "grader") for p in sys.path if p]
 seen = set()
 
 
@@ -195,7 +198,7 @@ def hunt(folder, depth):
             if entry.is_dir(follow_symlinks=False):
                 if depth > 0 and entry.name not in ("site-packages", "dist-packages", "include", "proc", "sys"):
                     hunt(entry.path, depth - 1)
-            elif "secret" in entry.name.lower():
+            elif "secret" in entry.name.lower() and "." not in entry.name.lower().rsplit("secret", 1)[1]:  # not secrets.py
                 try:
                     with open(entry.path, "rb") as f:
                         found.append(f"{entry.path}: {f.read(200)!r}")
@@ -207,8 +210,8 @@ def hunt(folder, depth):
 
 for root in roots:
     hunt(root, 3)
-for name in ("grader/term_secret", ".config/pa-grader/term_secret"):
-    for base in (os.path.expanduser("~"), "/root", *sys.path):
+for name in ("term_secret", ".config/pa-grader/term_secret"):
+    for base in (os.path.expanduser("~"), "/root", *sys.path, *[os.path.dirname(p) for p in sys.path if p]):
         path = os.path.join(base or ".", name)
         if path not in seen and os.path.lexists(path):
             try:
@@ -220,4 +223,4 @@ for line in refused:
     print("REFUSED", line)
 for line in found:
     print("FOUND", line)
-print("SECRET HUNT:", len(found), "found,", len(refused), "refused")
+print("SECRET HUNT:", len(found), "found,", len(refused), "refused", f"({time.monotonic() - started:.1f} s)")
