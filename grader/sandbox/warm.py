@@ -1,11 +1,11 @@
 """The judge's side of a warm worker template: start it, and fork sandboxed workers from it.
 
-A cold worker is `python -u -s -P worker.py SOCKET LIFELINE PLAN`: a new interpreter that
-imports torch (about a second of CPU) before the submission's first cell.  A template is the
-same script started once with `--template`: it imports what every worker imports before it
-connects (torch, spawn.py, the answer-key guard) and then only forks.  Each child takes the
-grading's descriptors, environment, working directory and arguments, exactly as Popen would
-have given them, and runs `main` from there: spawn.enter() builds the keeper, the nest
+A cold worker is `python -u -s -P worker.py`, its plan on standard input: a new interpreter
+that imports torch (about a second of CPU) before the submission's first cell.  A template is
+the same script started once with `--template`: it imports what every worker imports before
+it connects (torch, spawn.py, the answer-key guard) and then only forks.  Each child takes the
+grading's descriptors, environment, working directory and plan, exactly as Popen and the
+pipe would have given them, and runs `main` from there: spawn.enter() builds the keeper, the nest
 (cgroup, namespaces, uid), init (/proc, /dev, /tmp) and the zygote (rlimits, Landlock, the
 cells), per grading, as for a cold worker.  The template itself never runs submission code:
 no cell, no data and no connection of a submission ever reaches it (it is a fork server on a
