@@ -5,8 +5,8 @@ grader/runner.py, and the folder's files grader/classfolder.py; this module runs
 Results are recorded as each student finishes (files atomically, the gradebook row in one
 transaction), so a batch stopped by Ctrl-C, SIGTERM or a crash loses only the students in
 flight; running the same command again skips every student whose file bytes (and the files of
-the folder their notebook runs in) and grading configuration are unchanged, and retries the
-grader errors.
+the folder their notebook runs in), grading configuration and seed (the term secret's
+fingerprint, or the public seed) are unchanged, and retries the grader errors.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from grader import seeds
 from grader.classfolder import error_result, write_student_files
 from grader.config import Config
 from grader.discovery import LeftOut, Student, file_sha256, file_time, lookalikes
@@ -158,14 +159,19 @@ def run_batch(
     python: str = sys.executable,
     warm: bool = False,
     device: str = "auto",
+    seed_identity: str | None = None,
 ) -> Summary:
     """Grade `students` into the class folder `out` and record the `left_out` ones with their reason.
 
     `warm`: judges forked from one judge server, workers from one template (runner.py);
-    otherwise one `grade` process each.  Stops on SIGINT or SIGTERM (summary.interrupted)
-    after stopping every grader it started.
+    otherwise one `grade` process each.  `seed_identity`: which seed the random cases come
+    from (seeds.identity; None: the one `config` gives), kept with each row: a student is
+    skipped as unchanged only if their last grade was made on the same one.  Stops on SIGINT or SIGTERM
+    (summary.interrupted) after stopping every grader it started.
     """
     summary = Summary()
+    if seed_identity is None:
+        seed_identity = seeds.identity(config)
     with Gradebook.in_dir(out) as book:
         for student in left_out:
             _record_left_out(book, out, student, config, lang)
@@ -175,7 +181,7 @@ def run_batch(
         for student in students:
             sha = file_sha256(student.path)
             folders[student.id] = folder_digest(student.path, student.folder, config.notebook)
-            if not force and sha and book.is_current(student.id, sha, config.digest, folders[student.id]):
+            if not force and sha and book.is_current(student.id, sha, config.digest, folders[student.id], seed_identity):
                 summary.skipped += 1
             else:
                 todo.append((student, sha))
@@ -200,7 +206,7 @@ def run_batch(
                 while pending:
                     done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
                     for future in done:
-                        _finish(future, by_future[future], folders, book, out, lang, summary, progress, on_record)
+                        _finish(future, by_future[future], folders, book, out, lang, summary, progress, on_record, seed_identity)
                     if runner.cold_reason and not noted_cold:
                         noted_cold = True
                         progress.note(f"the judge server stopped answering ({runner.cold_reason}): the rest in processes of their own")
@@ -243,13 +249,14 @@ def _finish(
     summary: Summary,
     progress: Progress,
     on_record: Callable[[Outcome], None] | None,
+    seed_identity: str = "",
 ) -> None:
     try:
         outcome = future.result()
         if outcome is None:  # the batch is stopping: nothing to record
             return
         outcome.result.folder_sha256 = folders.get(outcome.student.id, "")
-        _record(book, outcome)
+        _record(book, outcome, seed_identity)
     except Exception as error:  # one student's trouble (a full disk, a bug) never ends the batch
         summary.errors += 1
         progress.advance(student.id, f"ERROR not recorded: {type(error).__name__}: {error}")
@@ -280,7 +287,7 @@ def _write_files(out: Path, student_id: str, result: GradeResult, lang: str) -> 
     return ""
 
 
-def _record(book: Gradebook, outcome: Outcome) -> None:
+def _record(book: Gradebook, outcome: Outcome, seed_identity: str = "") -> None:
     # The gradebook row first: a crash before the scorecards are written loses nothing, since
     # the dashboard writes the missing ones from the row (classfolder.write_dashboard).
     book.add(
@@ -291,6 +298,7 @@ def _record(book: Gradebook, outcome: Outcome) -> None:
         path=str(outcome.student.path),
         status=outcome.status,
         submitted_at=file_time(outcome.student.path),
+        seed_identity=seed_identity,
     )
 
 

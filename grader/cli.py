@@ -16,10 +16,21 @@ import argparse
 import os
 import sys
 
-from grader.commands import assign, audit, dashboard, export, grade, grade_batch, gradescope_zip, import_results, kv_lab
+from grader.commands import (
+    assign,
+    audit,
+    dashboard,
+    export,
+    grade,
+    grade_batch,
+    gradescope_zip,
+    import_results,
+    kv_lab,
+    secret,
+)
 from grader.gradebook import GradebookError
 
-VERBS = (grade, grade_batch, import_results, export, dashboard, gradescope_zip, assign, audit, kv_lab)
+VERBS = (grade, grade_batch, import_results, export, dashboard, gradescope_zip, secret, assign, audit, kv_lab)
 EXIT_USAGE, EXIT_INTERRUPTED, EXIT_CLOSED_PIPE = 2, 130, 141
 COMMON_EXITS = "Every verb also exits 2 on a usage error, 130 when interrupted, 141 when its output pipe was closed."
 

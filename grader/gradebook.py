@@ -65,6 +65,13 @@ CREATE TABLE IF NOT EXISTS item_results (
     repro TEXT,
     PRIMARY KEY (submission_id, item_id)
 );
+-- Which seed a batch's grading drew its random cases from (seeds.identity: "public:<seed>",
+-- "given:<seed>", "secret:<fingerprint>"): a student is skipped as unchanged only on the same one.
+-- A table of its own, so that a gradebook stays readable by graders that predate it.
+CREATE TABLE IF NOT EXISTS seed_identities (
+    submission_id INTEGER PRIMARY KEY REFERENCES submissions(id),
+    identity TEXT NOT NULL
+);
 -- A grade made here (source 'batch') outranks any imported one: an imported results.json is
 -- only as trustworthy as the run that made it, and a student can edit their own CI workflow.
 DROP VIEW IF EXISTS latest;
@@ -143,8 +150,12 @@ class Gradebook:
         path: str,
         status: str = GRADED,
         submitted_at: str | None = None,
+        seed_identity: str = "",
     ) -> int:
-        """Record one grading as the student's newest submission; returns its row id."""
+        """Record one grading as the student's newest submission; returns its row id.
+
+        `seed_identity`: the seed its random cases came from (a batch's grading), or "" (unknown:
+        an import, or a grader that predates it)."""
         with closing(self.db.cursor()) as cur:
             cur.execute("BEGIN IMMEDIATE")
             try:
@@ -167,6 +178,8 @@ class Gradebook:
                     ),
                 )
                 row_id = int(cur.lastrowid or 0)
+                if seed_identity:
+                    cur.execute("INSERT INTO seed_identities VALUES (?, ?)", (row_id, seed_identity))
                 cur.executemany(
                     "INSERT INTO item_results VALUES (?,?,?,?,?,?,?,?,?,?)",
                     [
@@ -213,13 +226,19 @@ class Gradebook:
         row = self.db.execute("SELECT * FROM latest WHERE student_id = ?", (student,)).fetchone()
         return _entry(row) if row else None
 
-    def is_current(self, student: str, sha256: str, config_digest: str, folder_sha256: str = "") -> bool:
+    def is_current(self, student: str, sha256: str, config_digest: str, folder_sha256: str = "", seed_identity: str = "") -> bool:
         """Already graded from these exact bytes (the notebook's, and its folder's files: `folder_sha256`)
-        under this configuration (errors do not count)."""
+        under this configuration and on this seed (`seed_identity`; errors do not count).  A row whose
+        seed is unknown is never current: a grade made on the public seed is not kept once a secret is set."""
         # Only this machine's own grading counts: an imported result cannot make a re-grade skip.
         entry = self.latest_made_here(student)
         return (entry is not None and entry.sha256 == sha256 and entry.config_digest == config_digest and entry.status == GRADED
-                and entry.result.folder_sha256 == folder_sha256)
+                and entry.result.folder_sha256 == folder_sha256 and self.seed_identity(entry.row_id) == seed_identity != "")
+
+    def seed_identity(self, row_id: int) -> str:
+        """The seed a row's grading drew its random cases from ("" where unknown)."""
+        row = self.db.execute("SELECT identity FROM seed_identities WHERE submission_id = ?", (row_id,)).fetchone()
+        return str(row[0]) if row else ""
 
     def current(self) -> list[Entry]:
         """Every student's latest submission, by student id."""

@@ -24,6 +24,7 @@ PACKAGE = "grader"
 TOP_FILES = ("pyproject.toml", "README.md")
 FORBIDDEN = re.compile(r"^(reference|student_template|notebooks|tests)/|solution", re.IGNORECASE)
 FIXED_TIME = (2020, 1, 1, 0, 0, 0)  # same inputs, same zip bytes
+SECRET_MEMBER = f"{PACKAGE}/term_secret"  # seeds.DEFAULT_FILE, in the zip
 
 
 class AnswerKeyError(RuntimeError):
@@ -58,6 +59,8 @@ mkdir -p "$ROOT/results"
 # graded: the files found and what to upload) and prints nothing.
 submission=""
 status=127
+# The term secret, if the zip carries one: its owner's alone, whatever the unzip made of its mode.
+[ -f "$SOURCE/grader/term_secret" ] && chmod 600 "$SOURCE/grader/term_secret"
 picked="$(mktemp)"
 if cd "$SOURCE"; then
     PYTHONPATH="$SOURCE" "$PYTHON" -m grader.gradescope_submission "$ROOT/submission" --json "$RESULTS" --lang {lang} > "$picked"
@@ -91,11 +94,13 @@ def torch_requirement(root: Path) -> str:
 
 
 def members(root: Path) -> list[tuple[str, Path]]:
-    """(name in the zip, file on disk) for the grader package and the top-level files."""
+    """(name in the zip, file on disk) for the grader package and the top-level files.
+
+    Never the checkout's term secret: build() packs the one configured, or none."""
     out = [(name, root / name) for name in TOP_FILES]
     for path in sorted((root / PACKAGE).rglob("*")):
         rel = path.relative_to(root).as_posix()
-        if path.is_file() and "__pycache__" not in path.parts and path.suffix not in (".pyc", ".pyo"):
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix not in (".pyc", ".pyo") and rel != SECRET_MEMBER:
             out.append((rel, path))
     bad = [name for name, _ in out if FORBIDDEN.search(name)]
     if bad:
@@ -103,16 +108,17 @@ def members(root: Path) -> list[tuple[str, Path]]:
     return out
 
 
-def _add(archive: zipfile.ZipFile, name: str, data: bytes, executable: bool = False) -> None:
+def _add(archive: zipfile.ZipFile, name: str, data: bytes, executable: bool = False, private: bool = False) -> None:
     info = zipfile.ZipInfo(name, FIXED_TIME)
     info.compress_type = zipfile.ZIP_DEFLATED
-    mode = 0o755 if executable else 0o644
+    mode = 0o600 if private else 0o755 if executable else 0o644
     info.external_attr = (stat.S_IFREG | mode) << 16
     archive.writestr(info, data)
 
 
-def build(root: Path, out: Path, lang: str) -> list[str]:
-    """Write the autograder zip to `out`; returns the names it holds."""
+def build(root: Path, out: Path, lang: str, secret: bytes | None = None) -> list[str]:
+    """Write the autograder zip to `out`; returns the names it holds.  `secret`: the term secret,
+    packed as grader/term_secret (mode 600), where `grade` on Gradescope finds it; None: none."""
     out.parent.mkdir(parents=True, exist_ok=True)
     names = []
     with zipfile.ZipFile(out, "w") as archive:
@@ -122,4 +128,7 @@ def build(root: Path, out: Path, lang: str) -> list[str]:
         for name, path in members(root):
             _add(archive, name, path.read_bytes())
             names.append(name)
+        if secret is not None:
+            _add(archive, SECRET_MEMBER, secret + b"\n", private=True)
+            names.append(SECRET_MEMBER)
     return names

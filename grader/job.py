@@ -38,6 +38,7 @@ class GradeJob:
     lang: str | None = None  # None: the configuration's
     device: str = "auto"
     seed: int | None = None  # None: the configuration's
+    public_seed: bool = False  # the public seed even where a term secret is configured (--public-seed)
     config: Path | None = None  # None: grader/config.toml
     folder: Path | None = None  # the folder the notebook runs in (None: the one holding it)
     alone: bool = False  # no folder: the notebook runs next to itself only
@@ -56,7 +57,8 @@ class GradeJob:
             value = getattr(self, name)
             if value is not None:
                 out += ["--" + name.replace("_", "-"), str(value)]
-        return out + (["--quiet"] if self.quiet else []) + (["--alone"] if self.alone else [])
+        flags = [("--quiet", self.quiet), ("--alone", self.alone), ("--public-seed", self.public_seed)]
+        return out + [flag for flag, on in flags if on]
 
 
 def run_job(job: GradeJob) -> int:
@@ -72,6 +74,7 @@ def run_job(job: GradeJob) -> int:
 
 def _run(job: GradeJob) -> int:
     # Imported here so that `--help` and the other verbs stay fast.
+    from grader import seeds
     from grader.config import load_config
     from grader.grade import grade_path, with_seed
     from grader.report import github, gradescope, html, markdown, text
@@ -79,6 +82,8 @@ def _run(job: GradeJob) -> int:
 
     _tolerant_stdout()
     config = with_seed(load_config(job.config), job.seed)
+    if job.public_seed:
+        config = seeds.public_seed(config)
     lang = job.lang or config.feedback.language
     broken: list[str] = []  # parts that could not be made: the grader failed (exit 3)
 
@@ -91,6 +96,9 @@ def _run(job: GradeJob) -> int:
 
     try:
         result = grade_path(job.submission, config, job.device, folder=job.folder, alone=job.alone)
+    except seeds.SecretError as error:  # the TA's to fix, said to the TA (its path is not the student's business)
+        print(f"grade: {error}", file=sys.stderr)
+        result = internal_error_result(job.submission, config, RuntimeError("the term secret is refused (see the grader's log)"))
     except Exception as error:  # a bug of the grader's own: still a scorecard, never a traceback
         result = internal_error_result(job.submission, config, error)
     result = sanitize_result(result)  # first: what follows then works on bounded text

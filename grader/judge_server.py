@@ -50,8 +50,7 @@ READY_TIMEOUT_S = 180.0  # torch's and hypothesis' imports on a machine busy wit
 
 def main(argv: list[str]) -> int:
     requests = socket.socket(fileno=int(argv[0]))
-    device = argv[1]
-    label = argv[2] if len(argv) > 2 else ""
+    device = argv[1]  # argv[2], the batch's label, only names this process in `ps`
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)  # the batch stops it by closing its end, after stopping the judges
     from grader.grade import resolve_device
@@ -59,7 +58,7 @@ def main(argv: list[str]) -> int:
     from grader.sandbox.client import worker_env
 
     # The template's torch import and this process's own imports overlap (two cores or more).
-    template = warm.start(worker_env(resolve_device(device) == "cuda"), label=label)
+    template = warm.start(worker_env(resolve_device(device) == "cuda"))  # no label: its workers would show it
     _import_judge()
     why = ""
     try:

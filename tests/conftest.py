@@ -92,7 +92,7 @@ def grade_all(paths: Iterable[Path], config: Config | None = None, processes: in
         return
     # Workers forked from one warm template, as grade-batch's are (tests/test_warm_batch.py
     # checks that this grades as a cold worker does); a cold worker if it cannot start.
-    template = warm.start(worker_env(False), label="tests")
+    template = warm.start(worker_env(False))
     try:
         template.wait_ready()
         warm.use(template)

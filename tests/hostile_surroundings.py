@@ -93,18 +93,50 @@ def ta_secret_key() -> Iterator[dict[str, Any]]:
             time.sleep(0.1)
 
 
-@contextlib.contextmanager
-def colluding_sender(limits: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """collude_sender.py graded by a `grade` process of its own while the receiver is graded here.
+PLANTED_SECRET = b"term-secret-9b2e4f7a"  # what secret_hunt.py must never print
 
-    `limits`: [limits] of the receiver's case, the sender gets the same (as one batch would).
+
+@contextlib.contextmanager
+def planted_secret() -> Iterator[dict[str, Any]]:
+    """A term secret file where any uid could read it (mode 644, in the Python installation's share/,
+    which every grading may read and list): only the sandbox's covering of it keeps the submission
+    out.  (The grader refuses such a file as *the* secret; here the variable holds the secret in
+    use, and the file is one more the grader knows of, as ~/.config/pa-grader/term_secret.)"""
+    config = Path(tempfile.mkdtemp(prefix="pa-hostile-config-", dir=Path(sys.prefix) / "share"))
+    path = config / "pa-grader" / "term_secret"
+    path.parent.mkdir(mode=0o755)
+    config.chmod(0o755)
+    path.write_bytes(PLANTED_SECRET + b"\n")
+    path.chmod(0o644)
+    saved = {name: os.environ.get(name) for name in ("XDG_CONFIG_HOME", "PA_GRADER_SECRET")}
+    os.environ["XDG_CONFIG_HOME"] = str(config)
+    os.environ["PA_GRADER_SECRET"] = "the secret in use, from the variable"
+    try:
+        yield {"path": str(path)}
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        path.unlink()
+        path.parent.rmdir()
+        config.rmdir()
+
+
+@contextlib.contextmanager
+def colluding_sender(limits: dict[str, Any], sender: str = "collude_sender.py", env: dict[str, str] | None = None) -> Iterator[dict[str, Any]]:
+    """`sender` graded by a `grade` process of its own while the receiver is graded here.
+
+    `limits`: [limits] of the receiver's case, the sender gets the same (as one batch would);
+    `env`: variables of the sender's grader (the receiver's are this process's).
     """
     folder = Path(tempfile.mkdtemp(prefix="pa-collude-"))
     config = _config_with(folder, limits)
     out = folder / "sender.json"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(folder)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(folder), **(env or {})}
     process = subprocess.Popen(
-        [sys.executable, "-m", "grader", "grade", str(HOSTILE / "collude_sender.py"), "--config", str(config), "--json", str(out), "--quiet"],
+        [sys.executable, "-m", "grader", "grade", str(HOSTILE / sender), "--config", str(config), "--json", str(out), "--quiet"],
         cwd=folder,
         env=env,
         stdout=subprocess.DEVNULL,

@@ -24,7 +24,7 @@ SCRIPT_TIMEOUT_S = 60
 
 def run_scripts(scripts: list[str], jobs: int = 2) -> list[tuple[int, str]]:
     """Each script's exit status (0 clean, 1 raised, 2 timed out or crashed) and its last error line."""
-    template = warm.start(worker_env(False), label="reproductions")
+    template = warm.start(worker_env(False))
     try:
         template.wait_ready()
         warm.use(template)

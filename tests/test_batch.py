@@ -94,13 +94,14 @@ def test_slug_is_a_safe_unique_file_name() -> None:
 
 
 def test_gradebook_keeps_history_and_knows_what_is_current(tmp_path: Path) -> None:
+    seed = "secret:0123456789abcdef"
     with Gradebook.in_dir(tmp_path) as book:
-        book.add("alice", synthetic("todo3", sha="aa"), sha256="a" * 64, source="batch", path="alice.ipynb")
-        assert book.is_current("alice", "a" * 64, load_config().digest)
-        assert not book.is_current("alice", "b" * 64, load_config().digest)
-        book.add("alice", synthetic(None, sha="bb"), sha256="b" * 64, source="batch", path="alice.ipynb")
-        book.add("bob", synthetic("todo1"), sha256="c" * 64, source="batch", path="bob.ipynb", status=ERROR)
-        assert not book.is_current("bob", "c" * 64, load_config().digest)  # errors are retried
+        book.add("alice", synthetic("todo3", sha="aa"), sha256="a" * 64, source="batch", path="alice.ipynb", seed_identity=seed)
+        assert book.is_current("alice", "a" * 64, load_config().digest, seed_identity=seed)
+        assert not book.is_current("alice", "b" * 64, load_config().digest, seed_identity=seed)
+        book.add("alice", synthetic(None, sha="bb"), sha256="b" * 64, source="batch", path="alice.ipynb", seed_identity=seed)
+        book.add("bob", synthetic("todo1"), sha256="c" * 64, source="batch", path="bob.ipynb", status=ERROR, seed_identity=seed)
+        assert not book.is_current("bob", "c" * 64, load_config().digest, seed_identity=seed)  # errors are retried
         assert [e.result.score for e in book.history("alice")] == [75.0, 100.0]
         assert [(e.student, e.result.score) for e in book.current()] == [("alice", 100.0), ("bob", 85.0)]
         assert book.students() == ["alice", "bob"]
@@ -116,7 +117,7 @@ def test_an_imported_result_never_outranks_or_skips_a_grade_made_here(tmp_path: 
         book.add("alice", synthetic(None, sha="aa"), sha256="a" * 64, source="import", path="results.json")
         assert [(e.student, e.result.score, e.source) for e in book.current()] == [("alice", 75.0, "batch")]
         book.add("bob", synthetic(None, sha="bb"), sha256="b" * 64, source="import", path="results.json")
-        assert not book.is_current("bob", "b" * 64, digest)  # only a grade made here lets a re-run skip
+        assert not book.is_current("bob", "b" * 64, digest, seed_identity="public:1")  # only a grade made here lets a re-run skip
         assert [(e.student, e.source) for e in book.current()] == [("alice", "batch"), ("bob", "import")]
 
 
@@ -482,7 +483,7 @@ def test_batch_killed_twice_resumes_and_records_every_student_once(tmp_path: Pat
     expected = _class_folder(subs)
     assert len(expected) >= 20
     gradebook = out / "gradebook.sqlite"
-    args = ["grade-batch", str(subs), "--out", str(out), "-j", "2", "--lang", "en", "--device", "cpu"]
+    args = ["grade-batch", str(subs), "--out", str(out), "-j", "2", "--lang", "en", "--device", "cpu", "--public-seed"]
 
     # The first run started with SIGINT ignored: the batch must stop on it all the same.
     assert _run_until(args, gradebook, 4, signal.SIGINT, tmp_path / "run1.log", sigint_ignored=True) == 130

@@ -132,7 +132,7 @@ def test_grade_batch_grades_only_the_students_own_files(tmp_path: Path) -> None:
     """The whole command: links and special files refused on their rows, twins flagged, nobody lost."""
     folder = _class_folder(tmp_path)
     out = tmp_path / "grades"
-    batch = cli("grade-batch", str(folder), "--out", str(out), "-j", "2", "--lang", "en", timeout=900)
+    batch = cli("grade-batch", str(folder), "--out", str(out), "-j", "2", "--lang", "en", "--public-seed", timeout=900)
     assert batch.returncode == 1, batch.stderr[-3000:]  # some students have no grade: refused
     exported = cli("export", "--out", str(out), "--lang", "en")
     rows = {row["student_id"]: row for row in csv.DictReader(io.StringIO(exported.stdout))}

@@ -17,7 +17,7 @@ from grader.report import github
 from tests.conftest import ROOT
 from tests.test_batch import _no_gpu, synthetic
 
-VERB_NAMES = ("grade", "grade-batch", "import", "export", "dashboard", "gradescope-zip", "assign", "kv-lab")
+VERB_NAMES = ("grade", "grade-batch", "import", "export", "dashboard", "gradescope-zip", "secret", "assign", "kv-lab")
 
 
 def test_a_first_argument_that_is_not_a_verb_is_graded() -> None:

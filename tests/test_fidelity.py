@@ -158,7 +158,7 @@ def _kernel(job: tuple[Path, int | None]) -> tuple[Path, int | None, tuple[dict[
 @pytest.fixture(scope="module")
 def runs() -> Iterator[dict[Path, dict[str, Any]]]:
     """Every notebook run both ways: kernels two at a time, grader workers from one warm template."""
-    template = warm.start(worker_env(False), label="test-fidelity")
+    template = warm.start(worker_env(False))
     template.wait_ready()
     warm.use(template)
     try:

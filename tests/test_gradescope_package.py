@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from grader import seeds
 from grader.config import load_config
 from grader.pick import choose
 from tests.conftest import ROOT, SOLUTION_NB, STUDENT_NB
@@ -21,12 +22,32 @@ from tests.test_workflows import tool
 
 NAMED = load_config().submission_file
 
+TERM_SECRET = b"3f1c0d9a-term-secret-for-the-zip"
+
+
+def _without_secrets(env: dict[str, str], config_home: Path) -> dict[str, str]:
+    """`env` with no term secret of this machine's (none in the variables, none in ~/.config)."""
+    env = {k: v for k, v in env.items() if k not in (seeds.SECRET_ENV, seeds.SECRET_FILE_ENV)}
+    return {**env, "XDG_CONFIG_HOME": str(config_home)}
+
 
 @pytest.fixture(scope="module")
-def package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def secret_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The environment of an instructor whose term secret is in a file of their own."""
+    home = tmp_path_factory.mktemp("instructor")
+    path = home / "term_secret"
+    path.write_bytes(TERM_SECRET + b"\n")
+    path.chmod(0o600)
+    return {**_without_secrets(dict(os.environ), home), seeds.SECRET_FILE_ENV: str(path)}
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory: pytest.TempPathFactory, secret_env: dict[str, str]) -> Path:
     out = tmp_path_factory.mktemp("zip") / "autograder.zip"
-    proc = subprocess.run([sys.executable, "-m", "grader", "gradescope-zip", "-o", str(out), "--lang", "en"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "grader", "gradescope-zip", "-o", str(out), "--lang", "en"], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120, env=secret_env)
     assert proc.returncode == 0, proc.stderr
+    assert f"fingerprint {seeds.fingerprint(TERM_SECRET)}" in proc.stdout and TERM_SECRET.decode() not in proc.stdout + proc.stderr
     return out
 
 
@@ -63,10 +84,37 @@ def test_zip_holds_the_grader_and_no_answer_key(package: Path) -> None:
         assert torch_pin in archive.read("setup.sh").decode()
 
 
-def test_zip_is_reproducible(package: Path, tmp_path: Path) -> None:
+def test_zip_is_reproducible(package: Path, tmp_path: Path, secret_env: dict[str, str]) -> None:
     again = tmp_path / "again.zip"
-    subprocess.run([sys.executable, "-m", "grader", "gradescope-zip", "-o", str(again), "--lang", "en"], check=True, capture_output=True, cwd=ROOT, timeout=120)
+    subprocess.run([sys.executable, "-m", "grader", "gradescope-zip", "-o", str(again), "--lang", "en"], check=True, capture_output=True,
+                   cwd=ROOT, timeout=120, env=secret_env)
     assert again.read_bytes() == package.read_bytes()
+
+
+def test_zip_carries_the_term_secret_its_owners_alone(package: Path) -> None:
+    with zipfile.ZipFile(package) as archive:
+        assert archive.read("grader/term_secret").strip() == TERM_SECRET
+        assert stat.S_IMODE(archive.getinfo("grader/term_secret").external_attr >> 16) == 0o600
+        assert 'chmod 600 "$SOURCE/grader/term_secret"' in archive.read("run_autograder").decode()
+
+
+def test_without_a_secret_the_zip_is_refused_unless_the_public_seed_is_asked_for(tmp_path: Path) -> None:
+    env = _without_secrets(dict(os.environ), tmp_path)
+    out = tmp_path / "autograder.zip"
+    refused = subprocess.run([sys.executable, "-m", "grader", "gradescope-zip", "-o", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=120, env=env)
+    assert refused.returncode == 2 and not out.exists()
+    assert "no term secret" in refused.stderr and "./grade secret --create" in refused.stderr and "--public-seed" in refused.stderr
+    public = subprocess.run([sys.executable, "-m", "grader", "gradescope-zip", "-o", str(out), "--public-seed"], capture_output=True, text=True,
+                            cwd=ROOT, timeout=120, env=env)
+    assert public.returncode == 0, public.stderr
+    assert "no term secret" in public.stdout
+    with zipfile.ZipFile(out) as archive:
+        assert "grader/term_secret" not in archive.namelist()
+    (tmp_path / "open").write_text("readable by all\n")
+    (tmp_path / "open").chmod(0o644)
+    open_secret = subprocess.run([sys.executable, "-m", "grader", "gradescope-zip", "-o", str(out)], capture_output=True, text=True, cwd=ROOT,
+                                 timeout=120, env={**env, seeds.SECRET_FILE_ENV: str(tmp_path / "open")})
+    assert open_secret.returncode == 2 and "chmod 600" in open_secret.stderr and "readable by all" not in open_secret.stderr
 
 
 @pytest.mark.skipif(tool("shellcheck") is None, reason="shellcheck not installed")
@@ -88,8 +136,9 @@ def _autograder(package: Path, root: Path) -> Path:
 
 
 def _run(root: Path) -> dict:
-    # AUTOGRADER_PYTHON: this venv has the dependencies; the grader itself comes from the zip.
-    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": sys.executable}
+    # AUTOGRADER_PYTHON: this venv has the dependencies; the grader itself comes from the zip,
+    # and the term secret too (nothing of this machine's: Gradescope has only the zip).
+    env = {**_without_secrets(dict(os.environ), root), "AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": sys.executable}
     env.pop("GITHUB_ACTIONS", None)
     proc = subprocess.run(["bash", str(root / "run_autograder")], capture_output=True, text=True, cwd=root, env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -102,6 +151,8 @@ def test_run_autograder_grades_a_submission_with_the_zipped_grader(package: Path
     (root / "submission" / "helper.py").write_text("x = 1\n")  # the notebook is what gets graded
     results = _run(root)
     assert results["score"] == 100 and results["tests"] and results["extra_data"]["grade_result"]["submission"].endswith("my work.ipynb")
+    assert results["extra_data"]["grade_result"]["random_cases"]["kind"] == "secret"  # the zip's own term secret
+    assert stat.S_IMODE((root / "source" / "grader" / "term_secret").stat().st_mode) == 0o600
     which = subprocess.run(
         [sys.executable, "-c", "import grader; print(grader.__file__)"],
         capture_output=True, text=True, cwd=root / "source", env={**os.environ, "PYTHONPATH": str(root / "source")}, check=True,

@@ -179,6 +179,11 @@ EXPECT: dict[str, Expect] = {
     "spy_sys_cgroups.py": Expect(),
     "collude_sender.py": Expect(limits={"cell_timeout_s": 60}, seconds=60),
     "collude_receiver.py": Expect(failed=fail(TODO["todo5"], "not_implemented"), limits={"cell_timeout_s": 60}, seconds=60),
+    # tests/test_term_secret.py: it found the planted secret and read nothing (its walk takes a few seconds)
+    "secret_hunt.py": Expect(limits={"cell_timeout_s": 30, "total_budget_s": 120}, seconds=60),
+    # Each holds or listens for 35-45 s (tests/test_kernel_objects.py grades them side by side).
+    "collude_kernel_sender.py": Expect(limits={"cell_timeout_s": 60, "total_budget_s": 120}, seconds=100),
+    "collude_kernel_receiver.py": Expect(failed=fail(TODO["todo5"], "not_implemented"), limits={"cell_timeout_s": 60, "total_budget_s": 120}, seconds=100),
     "cpu_hog.py": Expect(unchecked=True, limits={"cell_timeout_s": 60}, seconds=90),
     "disk_filler.py": Expect(),
 }
@@ -294,6 +299,11 @@ SURROUNDINGS: dict[str, Callable[[], contextlib.AbstractContextManager[dict[str,
     "keyring_read_plant.py": surroundings.ta_secret_key,
     "collude_receiver.py": lambda: surroundings.colluding_sender(
         {**{k: getattr(CONFIG.limits, k) for k in ("call_timeout_s", "item_budget_s", "total_budget_s")}, **EXPECT["collude_receiver.py"].limits}
+    ),
+    "secret_hunt.py": surroundings.planted_secret,
+    "collude_kernel_receiver.py": lambda: surroundings.colluding_sender(
+        {**{k: getattr(CONFIG.limits, k) for k in ("call_timeout_s", "item_budget_s")}, **EXPECT["collude_kernel_receiver.py"].limits},
+        "collude_kernel_sender.py",
     ),
 }
 

@@ -30,7 +30,7 @@ MARK = "OBSERVED:"
 
 @pytest.fixture(scope="module")
 def template() -> Iterator[warm.Template]:
-    made = warm.start(worker_env(False), label="test-notebook-run")
+    made = warm.start(worker_env(False))
     made.wait_ready()
     warm.use(made)
     try:

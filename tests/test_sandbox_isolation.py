@@ -8,8 +8,10 @@ that needs something the machine lacks skips and says what.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -21,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from grader.config import load_config
-from grader.sandbox import cgroups, ipc, namespaces, uids
+from grader.sandbox import cgroups, ipc, namespaces, reaping, uids
 from grader.sandbox.client import Sandbox
 from grader.sandbox.isolation import probe
 from grader.submission import Cell, load_submission
@@ -80,7 +82,7 @@ def test_report_says_what_was_in_force() -> None:
     with Sandbox(SOLUTION, CONFIG.limits) as sandbox:
         _loaded(sandbox)
         report = sandbox.isolation_report()
-    assert set(report) == {"namespaces", "uid", "cgroup", "cpu", "limits", "clock", "landlock", "seccomp", "keyring", "proc", "sys", "devices", "summary"}
+    assert set(report) == {"namespaces", "uid", "cgroup", "cpu", "limits", "clock", "landlock", "seccomp", "keyring", "proc", "sys", "readonly", "devices", "summary"}
     assert set(report["limits"]) == {"memory_mb", "pids", "nofile", "fsize_mb", "address_space_mb", "disk_mb", "inodes"}
     assert report["namespaces"] == ISOLATION["namespaces"]
     assert report["cgroup"] == ISOLATION["cgroup"]
@@ -100,6 +102,7 @@ def test_report_says_what_was_in_force() -> None:
     assert report["clock"] == {"counts": "cpu", "wall_backstop": limits.wall_backstop}
     assert report["proc"] == ("masked" if MOUNT_NS and "pid" in ISOLATION["namespaces"] else "narrowed" if ISOLATION["landlock"] else "host")
     assert report["sys"] == ("cpus" if MOUNT_NS else "host")
+    assert report["readonly"] is MOUNT_NS and ("the machine's files read-only" in report["summary"]["en"]) is MOUNT_NS
     assert report["keyring"] is True
     en = report["summary"]["en"]
     assert ("seccomp (" in en) == bool(ISOLATION["seccomp"]) and ("CPU share" in en) == bool(ISOLATION["cpu"])
@@ -245,29 +248,46 @@ def test_nothing_left_when_the_judge_is_killed(tmp_path: Path, namespaces: str) 
 
 def test_a_private_directory_whose_judge_died_first_is_swept_by_the_next_grading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A judge SIGKILLed before its keeper existed leaves its private directory: the next
-    grading's sandbox removes it, and nothing of a live judge's, a link or a stranger's name."""
+    grading's sandbox removes it (its lock is free: its judge is gone), and nothing of a live
+    judge's (locked, or made a moment ago), a link or a stranger's name.  The name carries
+    nothing of the judge's (a submission sees it); older graders' names carried its pid."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()
-    stale = tmp_path / f"pa-grade-{gone.pid}-k3x9q1zz"
+    old = time.time() - 2 * reaping.STALE_AFTER_S
+    stale = tmp_path / "pa-grade-k3x9q1zz"
     (stale / "work").mkdir(parents=True)
     (stale / "work" / "left.txt").write_text("x")
     (stale / "judge.sock").write_text("")
-    live = tmp_path / f"pa-grade-{os.getppid()}-a1b2c3d4"
+    live = tmp_path / "pa-grade-a1b2c3d4"  # a live judge's: it holds the lock
     live.mkdir()
-    other = tmp_path / "pa-grade-notapid"
-    other.mkdir()
+    held = os.open(live, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    young = tmp_path / "pa-grade-justmade"  # made a moment ago: its judge may be about to lock it
+    young.mkdir()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    stale_old_name = tmp_path / f"pa-grade-{gone.pid}-k3x9q1zz"  # an older grader's, its judge dead
+    stale_old_name.mkdir()
+    live_old_name = tmp_path / f"pa-grade-{os.getppid()}-a1b2c3d4"
+    live_old_name.mkdir()
     target = tmp_path / "elsewhere"
     target.mkdir()
-    (tmp_path / f"pa-grade-{gone.pid}-linkname").symlink_to(target)
+    (tmp_path / "pa-grade-linkname").symlink_to(target)
+    for path in (stale, live, stale_old_name, live_old_name):
+        os.utime(path, (old, old))
     sandbox = Sandbox(SOLUTION, CONFIG.limits)
     try:
-        assert sandbox.tmp.parent == tmp_path and sandbox.tmp.name.startswith(f"pa-grade-{os.getpid()}-")
-        assert not stale.exists()
-        assert live.is_dir() and other.is_dir() and target.is_dir()
-        assert (tmp_path / f"pa-grade-{gone.pid}-linkname").is_symlink()
+        assert sandbox.tmp.parent == tmp_path and re.fullmatch(r"pa-grade-[a-z0-9_]{8}", sandbox.tmp.name), sandbox.tmp.name
+        assert not stale.exists() and not stale_old_name.exists()
+        assert live.is_dir() and young.is_dir() and live_old_name.is_dir() and target.is_dir()
+        assert (tmp_path / "pa-grade-linkname").is_symlink()
+        # This sandbox's own directory is locked for as long as it lives.
+        probe = os.open(sandbox.tmp, os.O_RDONLY | os.O_DIRECTORY)
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.close(probe)
     finally:
         sandbox.close()
+        os.close(held)
     assert not sandbox.tmp.exists()
 
 

@@ -87,7 +87,7 @@ def test_a_warm_batch_grades_exactly_as_cold_grade_processes(tmp_path: Path) -> 
     for path in SAME_GRADE:
         (subs / path.name).write_bytes(path.read_bytes())
     batch = subprocess.run([sys.executable, "-m", "grader", "grade-batch", str(subs), "--out", str(out), "-j", "2", "--lang", "en",
-                            "--device", "cpu"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+                            "--device", "cpu", "--public-seed"], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert batch.returncode == 0, batch.stderr
     assert "no warm" not in batch.stderr, batch.stderr  # it really was warm
     with sqlite3.connect(out / "gradebook.sqlite") as db:
@@ -174,7 +174,7 @@ def test_a_warm_batch_started_with_sigint_ignored_stops_on_it_and_resumes(tmp_pa
     (subs / "quick1.ipynb").write_text("{not json")
     for name in ("slow1", "slow2"):
         _notebook(subs / f"{name}.ipynb", "import time\ntime.sleep(300)")
-    args = ["grade-batch", str(subs), "--out", str(out), "-j", "3", "--lang", "en", "--device", "cpu"]
+    args = ["grade-batch", str(subs), "--out", str(out), "-j", "3", "--lang", "en", "--device", "cpu", "--public-seed"]
     proc = subprocess.Popen([sys.executable, "-c", IGNORING_SIGINT, sys.executable, "-m", "grader", *args], cwd=ROOT,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:

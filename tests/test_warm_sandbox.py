@@ -38,7 +38,7 @@ SECRET = "pa-warm-secret-7c1e"  # what the first submission leaves everywhere it
 
 @pytest.fixture(scope="module")
 def template() -> Iterator[warm.Template]:
-    made = warm.start(worker_env(False), label="test-warm-sandbox")
+    made = warm.start(worker_env(False))
     made.wait_ready()
     try:
         yield made
@@ -88,6 +88,9 @@ PROBE = _cell(
         "modules": sorted(sys.modules),
         "environ": dict(os.environ),
         "argv": sys.argv,
+        "orig_argv": sys.orig_argv,
+        "cmdline": open("/proc/self/cmdline", "rb").read().decode().split("\\0"),
+        "mountinfo": sorted(" ".join(line.split()[3:5]) for line in open("/proc/self/mountinfo")),
         "path": sys.path,
         "cwd": os.getcwd(),
         "flags": repr(sys.flags),
@@ -126,14 +129,21 @@ PROBE = _cell(
 
 def _facts(output: str, sandbox: Sandbox) -> dict[str, Any]:
     line = next(line for line in output.splitlines() if line.startswith("FACTS"))
-    text = line[len("FACTS") :].replace(str(sandbox.tmp), "<tmp>").replace(sandbox.token, "<token>")
-    facts = json.loads(re.sub(r"pa-grade-\d+-", "pa-grade-<pid>-", text))
-    # The grading's own: the lifeline's descriptor number, its uid, its lock, its start.
-    plan = json.loads(facts["argv"][3])
-    for key in ("uid", "gid", "uid_lock", "uid_lock_path", "since"):
-        plan[key] = None if plan.get(key) is None else "<grading's>"
-    facts["argv"][2:] = ["<fd>", plan]
-    return facts
+    text = line[len("FACTS") :]
+    _nothing_of_the_judge(text, sandbox)
+    return json.loads(text.replace(str(sandbox.tmp), "<tmp>").replace(sandbox.token, "<token>"))
+
+
+def _nothing_of_the_judge(text: str, sandbox: Sandbox) -> None:
+    """Not the judge's pid, its cgroups' names, the uid's lock, the plan: only its private directory's
+    path (a random name) and the sandbox's token, in what the submission sees of its own process."""
+    judge = str(os.getpid())
+    assert not re.search(rf"(?<![0-9]){judge}(?![0-9])", text.replace(str(sandbox.tmp), "").replace(sandbox.token, "")), judge
+    for trace in [*(sandbox.cgroup.paths if sandbox.cgroup else []), *([sandbox.uid.path] if sandbox.uid else [])]:
+        assert trace not in text and os.path.basename(trace) not in text, trace
+    for key in ("uid_lock", "cgroups", "lifeline", "memory_mb", "tmpfs_mb"):  # the plan's, as JSON or a repr would show them
+        assert not re.search(rf"""\\?["']{key}\\?["']: """, text), key
+    assert re.fullmatch(r"pa-grade-[a-z0-9_]{8}", sandbox.tmp.name), sandbox.tmp.name
 
 
 def test_a_warm_worker_is_what_a_cold_one_is(template: warm.Template) -> None:
@@ -151,6 +161,11 @@ def test_a_warm_worker_is_what_a_cold_one_is(template: warm.Template) -> None:
     assert warm_iso == cold_iso
     cold, warmed = _facts(cold_out, cold_box), _facts(warm_out, warm_box)
     assert cold.pop("tasks") >= warmed.pop("tasks") == 1  # a forked process has one thread
+    # The command line /proc shows: a cold worker's; the template's a cold worker's and its socket's number.
+    command = [sys.executable, "-u", "-s", "-P", str(ROOT / "grader" / "sandbox" / "worker.py")]
+    assert cold.pop("cmdline") == [*command, ""] and cold["argv"] == command[-1:] and cold["orig_argv"] == command
+    cmdline = warmed.pop("cmdline")
+    assert cmdline[:5] == command and cmdline[5] == "--template" and cmdline[6].isdigit() and cmdline[7:] == [""], cmdline
     assert set(cold) == set(warmed)
     differing = sorted(k for k in cold if cold[k] != warmed[k])
     assert differing == [], {k: (cold[k], warmed[k]) for k in differing}
@@ -261,7 +276,7 @@ def test_a_submission_cannot_stop_the_template(template: warm.Template) -> None:
 
 
 def test_a_template_that_cannot_fork_leaves_a_cold_worker() -> None:
-    broken = warm.start(worker_env(False), label="test-warm-broken")
+    broken = warm.start(worker_env(False))
     broken.wait_ready()
     broken.process.send_signal(signal.SIGKILL)
     broken.process.wait()
@@ -329,7 +344,7 @@ def test_a_warm_worker_counts_the_memory_a_cold_one_counts(template: warm.Templa
     assert abs(peaks["warm"] - peaks["cold"]) < 0.1 * peaks["cold"], peaks
 
 
-def test_nothing_left_when_a_warm_judge_is_killed(tmp_path: Path) -> None:
+def test_nothing_left_when_a_warm_judge_is_killed() -> None:
     """SIGKILL the judge while its warm worker holds a child: the keeper cleans up as for a cold one,
     and the template, whose last requester is gone, ends too."""
     marker = "4246.4246"
@@ -342,7 +357,8 @@ def test_nothing_left_when_a_warm_judge_is_killed(tmp_path: Path) -> None:
         from grader.sandbox import warm
         from grader.sandbox.client import Sandbox, worker_env
         from grader.submission import Cell, load_submission
-        template = warm.start(worker_env(False), label={str(tmp_path)!r})
+        template = warm.start(worker_env(False))
+        print(template.process.pid, flush=True)
         template.wait_ready()
         warm.use(template)
         cells = load_submission(Path({str(ROOT / "reference" / "paged_attention.py")!r}), 1 << 20).cells
@@ -358,6 +374,7 @@ def test_nothing_left_when_a_warm_judge_is_killed(tmp_path: Path) -> None:
     process = subprocess.Popen([sys.executable, "-c", judge], env=env, stdout=subprocess.PIPE, text=True)
     try:
         assert process.stdout is not None
+        template_pid = int(process.stdout.readline())
         private_text, cgroup_paths, uid_lock = json.loads(process.stdout.readline())
         assert json.loads(process.stdout.readline()) is True  # the worker was forked from the template
         deadline = time.monotonic() + 60
@@ -371,10 +388,18 @@ def test_nothing_left_when_a_warm_judge_is_killed(tmp_path: Path) -> None:
             process.stdout.close()
     traces = [private_text, *cgroup_paths, *([uid_lock] if uid_lock else [])]
     deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and (_marked(marker) or _marked(str(tmp_path)) or any(os.path.exists(p) for p in traces)):
+    while time.monotonic() < deadline and (_marked(marker) or _running(template_pid) or any(os.path.exists(p) for p in traces)):
         time.sleep(0.1)
-    assert _marked(marker) == [] and _marked(str(tmp_path)) == []  # the submission's child; the template
+    assert _marked(marker) == [] and not _running(template_pid)  # the submission's child; the template
     assert [p for p in traces if os.path.exists(p)] == []
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 :].split()[0] != b"Z"
 
 
 def _marked(marker: str) -> list[int]:

@@ -12,6 +12,7 @@ JSON are written in every case, also when drawing some other part failed (then: 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 
@@ -35,7 +36,13 @@ def register(verbs: argparse._SubParsersAction) -> None:
                        help="the folder the notebook runs in, as a private copy (default: the one holding it)")
     where.add_argument("--alone", action="store_true", help="copy nothing of its folder: the notebook runs next to itself only")
     add_common_options(p)
+    add_public_seed_option(p)
     p.set_defaults(run=run)
+
+
+def add_public_seed_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--public-seed", action="store_true",
+                   help="random cases from the public seed even where a term secret is configured (anyone can compute them)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,7 +51,25 @@ def run(args: argparse.Namespace) -> int:
     job = GradeJob(
         submission=args.submission, json=args.json, markdown=args.markdown, html=args.html, fail_under=args.fail_under,
         quiet=args.quiet, lang=args.lang, device=args.device, seed=args.seed, config=args.config, folder=args.folder, alone=args.alone,
+        public_seed=args.public_seed,
     )
+    _say_which_seed(args)
     return run_job(job)
+
+
+def _say_which_seed(args: argparse.Namespace) -> None:
+    """A note on stderr where the random cases come from a seed anyone can compute: fine for
+    feedback, not for a grade of record (grade-batch and gradescope-zip refuse it unless asked)."""
+    from grader import seeds
+
+    if args.seed is not None:
+        return
+    try:
+        configured = seeds.source()
+    except OSError:
+        configured = None
+    if args.public_seed or configured is None:
+        print("grade: random cases from the public seed (no term secret" + (" used" if configured else "") + "): feedback,"
+              " not a grade of record; see docs/instructors.md, \"The term secret\"", file=sys.stderr)
 
 

@@ -6,8 +6,9 @@ Exit status:
   1    some students have no grade: a grader error (timeout, crash) or left out (a folder
        with several notebooks and none named as [submission] file says, or none); each has a row with the reason in the gradebook
        and the CSV, and a re-run retries them
-  2    nothing to grade, a path not found, two submissions for one student id, or the
-       gradebook cannot be opened
+  2    nothing to grade, a path not found, two submissions for one student id, the
+       gradebook cannot be opened, or no term secret (or one that is refused) without
+       --public-seed: grades of record draw their random cases from the term secret
   130  stopped by SIGINT or SIGTERM (also when SIGINT was ignored at start); run the same
        command again to grade the rest
 """
@@ -18,10 +19,23 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from grader.commands.grade import add_common_options
+from grader.commands.grade import add_common_options, add_public_seed_option
+
+if TYPE_CHECKING:
+    from grader.config import Config
 
 DEFAULT_OUT = Path("grades")
+NO_SECRET = """grade-batch: no term secret. Grades of record draw their random cases from it, so that no student
+can compute them in advance (with the public seed anyone can). Make one for the term, once:
+
+    ./grade secret --create
+
+It writes {file}, readable by you alone. Back it up, and give the same file to every machine
+that grades this term (PA_GRADER_SECRET_FILE names it where it is elsewhere): the same file then
+gets the same cases, and the same grade, everywhere. For a practice run on cases anyone can
+compute: --public-seed. (docs/instructors.md, "The term secret")"""
 
 
 def add_out_option(p: argparse.ArgumentParser) -> None:
@@ -41,6 +55,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
                    help="one `grade` process per submission, each importing torch and the checks itself"
                    " (default: judges and workers forked from ones that imported them once; same grades)")
     add_common_options(p)
+    add_public_seed_option(p)
     p.set_defaults(run=run)
 
 
@@ -61,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _grade(args: argparse.Namespace) -> int:
+    from grader import seeds
     from grader.batch import run_batch
     from grader.classfolder import write_dashboard
     from grader.config import load_config
@@ -69,13 +85,19 @@ def _grade(args: argparse.Namespace) -> int:
     from grader.job import GradeJob
 
     config = with_seed(load_config(args.config), args.seed)
+    if args.public_seed:
+        config = seeds.public_seed(config)
+    identity = _seed_identity(config, args.public_seed or args.seed is not None)
+    if identity is None:
+        return 2
     lang = args.lang or config.feedback.language
     students, left_out = discover(args.submissions, args.id_from, exclude=[args.out], named=config.submission_file)
-    job = GradeJob(lang=lang, device=args.device, seed=args.seed, config=args.config.resolve() if args.config is not None else None)
+    job = GradeJob(lang=lang, device=args.device, seed=args.seed, config=args.config.resolve() if args.config is not None else None,
+                   public_seed=args.public_seed)
     timeout = args.timeout if args.timeout is not None else config.limits.total_budget_s + 120
     summary = run_batch(
         students, args.out, config, lang=lang, jobs=args.jobs, job=job, timeout_s=timeout,
-        left_out=left_out, force=args.force, warm=not args.cold, device=args.device,
+        left_out=left_out, force=args.force, warm=not args.cold, device=args.device, seed_identity=identity,
     )
     dashboard = write_dashboard(args.out, lang)
     # Counts that add up to the students found: graded (a total), not gradable (a scorecard saying why), ...
@@ -89,3 +111,23 @@ def _grade(args: argparse.Namespace) -> int:
     if summary.interrupted:
         raise KeyboardInterrupt  # reported, with exit 130, by run()
     return 1 if summary.errors or summary.left_out else 0
+
+
+def _seed_identity(config: Config, asked_public: bool) -> str | None:
+    """Which seed this batch grades on (the gradebook keeps it: a secret set or changed regrades
+    everyone), said on stderr; None, with the reason said, where grades of record cannot be made."""
+    from grader import seeds
+
+    try:
+        identity = seeds.identity(config)
+    except seeds.SecretError as error:
+        print(f"grade-batch: {error}", file=sys.stderr)
+        return None
+    if identity.startswith("secret:"):
+        print(f"grade-batch: random cases from the term secret {seeds.source()} (fingerprint {identity[7:]})", file=sys.stderr)
+    elif not asked_public:
+        print(NO_SECRET.format(file=seeds.user_file()), file=sys.stderr)
+        return None
+    else:
+        print(f"grade-batch: random cases from a seed anyone can compute ({identity}), as asked", file=sys.stderr)
+    return identity

@@ -51,6 +51,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from grader import seeds
 from grader.config import Limits
 from grader.sandbox import cgroups, ipc, isolation, uids
 from grader.sandbox.clock import Budget
@@ -139,7 +140,8 @@ class Sandbox:
         self.ipc_before = ipc.snapshot()
         # As root, a uid of this grading's own: nothing of it can touch another grading's.
         self.uid = uids.claim()
-        self.tmp = Path(make_private_dir())
+        private, self._private_lock = make_private_dir()
+        self.tmp = Path(private)
         self.workdir = self.tmp / "work"
         self.workdir.mkdir()
         self.shared_dir = self.tmp / "io"  # the judge's input files, shared with the submission read-write
@@ -164,6 +166,7 @@ class Sandbox:
         except BaseException:  # Ctrl-C while copying: nothing started yet that would remove it
             self.listener.close()
             shutil.rmtree(self.tmp, ignore_errors=True)
+            os.close(self._private_lock)
             if self.uid is not None:
                 self.uid.release()
             raise
@@ -206,6 +209,9 @@ class Sandbox:
         self._kill_strays()
         self.listener.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
+        if self._private_lock >= 0:
+            os.close(self._private_lock)
+            self._private_lock = -1
         if self.cgroup is not None:
             self.cgroup.remove()
         if self.uid is not None:
@@ -241,13 +247,22 @@ class Sandbox:
             keyring=confined.get("keyring") is True,
             proc=proc,
             sys="cpus" if confined.get("sys") == "cpus" else "host",
+            readonly=confined.get("readonly") is True,
             disk={"disk_mb": disk["disk_mb"], "inodes": disk["inodes"]} if disk else None,
             wall_backstop=self.limits.wall_backstop,
         )
 
-    def _plan(self) -> str:
-        """What the worker's first processes set up before any cell (spawn.enter), as one argument."""
-        plan = {
+    def _plan(self, lifeline: int) -> dict[str, Any]:
+        """What the worker's first processes set up before any cell (spawn.enter).
+
+        Given on the worker's standard input (or in a warm template's request), never in its
+        arguments or environment: the submission could read those (/proc/self/cmdline), and
+        the plan names the judge's cgroups and the uid's lock.  The worker keeps only the
+        socket's path once its sandbox is built.
+        """
+        return {
+            "socket": self.socket_path,
+            "lifeline": lifeline,
             "namespaces": switched_on(NAMESPACES_SWITCH),
             "user_namespace": switched_on(USER_NAMESPACE_SWITCH),
             "uid": self.uid.uid if self.uid is not None else None,
@@ -262,8 +277,8 @@ class Sandbox:
             "workdir": str(self.workdir),
             "disk_mb": self.limits.disk_mb,
             "inodes": self.limits.inodes,
+            "hidden_files": seeds.secret_paths(),  # the term secret's file: never the submission's to open
         }
-        return json.dumps(plan)
 
     def _env(self) -> dict[str, str]:
         return {**worker_env(self.allow_cuda), "HOME": str(self.workdir), "TMPDIR": str(self.workdir), TOKEN_VAR: self.token}
@@ -276,14 +291,18 @@ class Sandbox:
         err_r, err_w = os.pipe()
         life_r, life_w = os.pipe()  # the worker's reaper kills everything when this closes
         lock = (self.uid.fd,) if self.uid is not None and self.uid.fd is not None else ()
+        plan_r = -1
         try:
-            forked = self._fork_warm(out_w, err_w, life_r, lock)
+            plan = self._plan(life_r)
+            forked = self._fork_warm(out_w, err_w, life_r, lock, plan)
             self.warm = forked is not None
+            if forked is None:
+                plan_r = _pipe_holding(json.dumps(plan).encode())
             self.process = forked or subprocess.Popen(
-                [self.python, "-u", "-s", "-P", str(WORKER), self.socket_path, str(life_r), self._plan()],
+                [self.python, "-u", "-s", "-P", str(WORKER)],
                 cwd=self.workdir,
                 env=self._env(),
-                stdin=subprocess.DEVNULL,
+                stdin=plan_r,
                 stdout=out_w,
                 stderr=err_w,
                 pass_fds=(life_r, *lock),
@@ -294,8 +313,9 @@ class Sandbox:
                 os.close(fd)
             raise
         finally:
-            for fd in (out_w, err_w, life_r):
-                os.close(fd)
+            for fd in (out_w, err_w, life_r, plan_r):
+                if fd >= 0:
+                    os.close(fd)
         self._lifeline = life_w
         limit = self.limits.output_kb << 10
         self._captures.append((OutputCapture(out_r, limit), OutputCapture(err_r, limit)))
@@ -303,14 +323,14 @@ class Sandbox:
         self._zygote_pid = _peer_pid(self.control)
         self._peer_uid = _peer_uid(self.control)
 
-    def _fork_warm(self, out_w: int, err_w: int, life_r: int, lock: tuple[int, ...]) -> Forked | None:
+    def _fork_warm(self, out_w: int, err_w: int, life_r: int, lock: tuple[int, ...], plan: dict[str, Any]) -> Forked | None:
         """The same worker forked from this process's warm template (warm.py), or None: start it cold."""
         template = Sandbox.template
         env = self._env()
         if template is None or not template.fits(self.python, env, TOKEN_VAR):
             return None
         try:
-            forked = template.spawn(socket_path=self.socket_path, cwd=str(self.workdir), env=env, plan=json.loads(self._plan()), fds=[out_w, err_w, life_r, *lock])
+            forked = template.spawn(socket_path=self.socket_path, cwd=str(self.workdir), env=env, plan=plan, fds=[out_w, err_w, life_r, *lock])
         except OSError as error:  # forked.ForkRefused
             print(f"grader: the warm worker template failed ({error}); starting a worker of its own", file=sys.stderr)
             return None
@@ -481,6 +501,11 @@ class Sandbox:
                         raise WorkerLost("protocol", "the worker did not report its confinement")
                     if event.get("fatal"):
                         raise SandboxBroken(str(event["fatal"])[:2000])
+                    if event.get("secret_exposed") is True:
+                        raise SandboxBroken(
+                            "the term secret's file would be readable by the submission (no mount namespace to cover it, no"
+                            " Landlock to keep it out): grade on a machine that has either (docs/trust.md), or with --public-seed"
+                        )
                     self.landlock = event.get("landlock") if type(event.get("landlock")) is int else 0
                     self._confined = event
                     if "ipc" not in event.get("namespaces", []):
@@ -589,6 +614,18 @@ class Sandbox:
         limit = self.limits.output_kb << 10
         out = "".join(o.text() for o, _ in self._captures) + "".join(e.text() for _, e in self._captures)
         return out[:limit], sum(o.total + e.total for o, e in self._captures)
+
+
+def _pipe_holding(data: bytes) -> int:
+    """The read end of a pipe that holds `data` and then ends (the worker's standard input)."""
+    if len(data) > 4096:  # a pipe holds one page at least: the write never waits for a reader
+        raise ValueError("the worker's plan is too long")
+    read, write = os.pipe()
+    try:
+        os.write(write, data)
+    finally:
+        os.close(write)
+    return read
 
 
 class SandboxBroken(Exception):

@@ -105,23 +105,26 @@ def _read_roots():
     return sorted(r for r in roots if not any(r != o and r.startswith(o + os.sep) for o in roots))
 
 
-def _read_rules():
+def _read_rules(excluded=()):
     """Paths the submission may read: the Python installation and system files, less the grader.
 
     An import directory that holds the grader or the answer key (site-packages with the grader
     installed in it) is never allowed whole: each of its other entries is, one by one, and so
-    are the siblings of every directory on the way down to it.
+    are the siblings of every directory on the way down to it.  So is the folder of each path
+    of `excluded` (the term secret's file), less that file.
     """
-    roots, private = set(_read_roots()), set()
+    roots, import_dirs = set(_read_roots()), set()
+    excluded = {os.path.realpath(p) for p in excluded}
     for item in sys.path:
         if not item or not os.path.isdir(item):
             continue
         real = os.path.realpath(item)
         try:
             if any(_private_entry(n) for n in os.listdir(real)):
-                private.add(real)
+                import_dirs.add(real)
         except OSError:
             continue
+    private = import_dirs | {os.path.dirname(p) for p in excluded}  # folders allowed entry by entry
     rules = []
 
     def walk(directory):
@@ -129,12 +132,11 @@ def _read_rules():
             names = sorted(os.listdir(directory))
         except OSError:
             return
-        if directory in private:
-            rules.extend(os.path.join(directory, n) for n in names if not _private_entry(n))
-            return
         for name in names:
             path = os.path.join(directory, name)
             real = os.path.realpath(path)
+            if real in excluded or (directory in import_dirs and _private_entry(name)):
+                continue
             if real in private or any(p.startswith(real + os.sep) for p in private):
                 walk(real)
             else:
@@ -180,11 +182,12 @@ def _proc_rules():
     return rules
 
 
-def landlock(writable, shared, extra_devices=(), own_proc=False, own_dev=False):
+def landlock(writable, shared, extra_devices=(), own_proc=False, own_dev=False, excluded=()):
     """Shut this process (and all it forks) in; returns the ABI used, or 0 without Landlock.
 
     `own_proc` and `own_dev`: /proc and /dev are the sandbox's own (namespaces.py) and may be
-    read whole; otherwise only what _proc_rules() and the device files allow.
+    read whole; otherwise only what _proc_rules() and the device files allow.  `excluded`:
+    files never to be read (the term secret's), wherever they are.
     """
     abi = landlock_abi()
     if abi <= 0:
@@ -195,7 +198,7 @@ def landlock(writable, shared, extra_devices=(), own_proc=False, own_dev=False):
     if ruleset < 0:
         raise OSError(ctypes.get_errno(), "landlock_create_ruleset")
     try:
-        reads = _read_rules() + (["/proc"] if own_proc else _proc_rules()) + (["/dev"] if own_dev else []) + (["/sys"] if extra_devices else [])
+        reads = _read_rules(excluded) + (["/proc"] if own_proc else _proc_rules()) + (["/dev"] if own_dev else []) + (["/sys"] if extra_devices else [])
         for path in reads:
             try:
                 _add_rule(ruleset, path, READ_ONLY, abi)
@@ -333,17 +336,25 @@ def confine(load, facts=None):
     else:
         try:
             shared = [load["shared"]] if load.get("shared") else []
-            report["landlock"] = landlock([load["workdir"]], shared, devices, facts.get("proc", False), facts.get("dev", False))
+            # The term secret's files the mount namespace did not cover: Landlock leaves them out
+            # (their folders then allowed entry by entry, which cannot be listed).
+            uncovered = [p for p in facts.get("hidden_files", ()) if p not in facts.get("covered", ())]
+            report["landlock"] = landlock([load["workdir"]], shared, devices, facts.get("proc", False), facts.get("dev", False), uncovered)
         except OSError as error:
             report["error"] = _safe_str(error)[:300]
     report["namespaces"] = list(facts.get("namespaces", ()))
     report["proc"] = bool(facts.get("proc"))
     report["proc_masked"] = len(facts.get("proc_masked", ()))
     report["sys"] = facts.get("sys", "host")
+    report["readonly"] = bool(facts.get("readonly"))
     report["disk"] = facts.get("disk")
     report["view_errors"] = [_safe_str(e)[:300] for e in facts.get("view_errors", ())][:5]
     report["devices"] = _devices(facts.get("dev", False), report["landlock"], list(DEVICE_FILES) + devices)
     report["capabilities_dropped"] = drop_capabilities()
+    # The term secret's file, where neither the mount namespace covered it nor Landlock keeps it
+    # out and this process (capabilities gone) may read it: the judge refuses to grade (client.py).
+    uncovered = [p for p in facts.get("hidden_files", ()) if p not in facts.get("covered", ())]
+    report["secret_exposed"] = bool(uncovered) and not report["landlock"] and any(os.access(p, os.R_OK) for p in uncovered)
     # Last, once nothing of ours needs a call it denies: a keyring of its own, then the filter.
     report["keyring"] = bool(seccomp.fresh_session_keyring())
     report["seccomp"] = 0

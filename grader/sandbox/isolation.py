@@ -39,6 +39,7 @@ def report(
     keyring: bool = False,
     proc: str = "host",
     sys: str = "host",
+    readonly: bool = False,
     disk: dict[str, int] | None = None,
     wall_backstop: float | None = None,
 ) -> dict[str, Any]:
@@ -47,7 +48,8 @@ def report(
     `seccomp`: how many system calls the filter denies (0: no filter); `keyring`: a session
     keyring of its own; `proc`: "masked" (its own, the machine-wide entries covered), "own",
     "narrowed" (the host's, Landlock keeps other processes out) or "host"; `sys`: "cpus"
-    (the CPU lists only) or "host"; `disk`: the work folder's tmpfs caps, None without one;
+    (the CPU lists only) or "host"; `readonly`: the machine's files are mounted read-only in its
+    mount namespace (no write, no access time); `disk`: the work folder's tmpfs caps, None without one;
     `wall_backstop`: the limits count CPU time, and this many times them in wall-clock time.
     """
     limits = {
@@ -71,6 +73,7 @@ def report(
         "keyring": keyring,
         "proc": proc,
         "sys": sys,
+        "readonly": readonly,
         "devices": list(devices),
     }
     result["summary"] = summary(result)
@@ -132,6 +135,9 @@ def summary(iso: dict[str, Any]) -> dict[str, str]:
     en.append(proc_en.get(iso.get("proc", "host"), proc_en["host"]))
     zh.append("/sys 仅 CPU 列表" if iso.get("sys") == "cpus" else "/sys 为主机的")
     en.append("/sys: CPU lists only" if iso.get("sys") == "cpus" else "the host's /sys")
+    if iso.get("readonly"):
+        zh.append("本机文件只读（不留访问时间）")
+        en.append("the machine's files read-only (no access times)")
     if iso.get("seccomp"):
         zh.append(f"seccomp（禁止 {iso['seccomp']} 个系统调用）")
         en.append(f"seccomp ({iso['seccomp']} system calls denied)")

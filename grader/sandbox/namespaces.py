@@ -15,10 +15,12 @@ namespace is enough):
 - ipc: SysV and POSIX IPC objects live and die with the grading;
 - net: no interface but a loopback that is down (no UDP, no TCP, no abstract Unix sockets
   reaching anything outside);
-- mount: /dev holds only null, zero, full, random, urandom (and the NVIDIA nodes when grading
-  on CUDA), a small private /dev/shm and no /dev/pts; /tmp, /var/tmp, /run and the folder
-  of the judge's private directory are empty tmpfs (other gradings' sockets and files are
-  not there), with the judge's private directory bound back at its own path.
+- mount: every file of the machine read-only (no write, and no access time a read would
+  leave for another grading to see); /dev holds only null, zero, full, random, urandom (and
+  the NVIDIA nodes when grading on CUDA), a small private /dev/shm and no /dev/pts; /tmp,
+  /var/tmp, /run and the folder of the judge's private directory are empty tmpfs (other
+  gradings' sockets and files are not there), with the judge's private directory bound back
+  at its own path, writable.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import re
 import stat
 
 CLONE_NEWNS = 0x00020000
@@ -50,7 +53,13 @@ HOSTNAME = "sandbox"
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MS_NOATIME, MS_NODIRATIME, MS_RELATIME, MS_STRICTATIME = 1024, 2048, 1 << 21, 1 << 24
 MNT_DETACH = 2
+SYS_MOUNT_SETATTR, AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = 442, -100, 0x8000, 0x1  # Linux 5.12, every architecture
+# A mount's options as mountinfo shows them, and the flags a remount must repeat: in a user
+# namespace the kernel locks them as they were (only read-only may be added).
+KEPT_OPTIONS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": MS_NOATIME,
+                "nodiratime": MS_NODIRATIME, "relatime": MS_RELATIME, "strictatime": MS_STRICTATIME}
 
 DEVICES = ("null", "zero", "full", "random", "urandom")
 HIDDEN = ("/tmp", "/var/tmp", "/run")  # where other gradings' sockets and files, and the host's daemons' sockets, live
@@ -61,6 +70,11 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _libc.unshare.argtypes = [ctypes.c_int]
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
 _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+_libc.syscall.restype = ctypes.c_long
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64), ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
 
 
 def _check(result: int, what: str) -> None:
@@ -140,6 +154,51 @@ def umount(target: str, flags: int = 0) -> None:
     _check(_libc.umount2(target.encode(), flags), f"umount {target}")
 
 
+def read_only(path: str, readonly: bool = True, recursive: bool = True) -> None:
+    """Make the mount at `path` (and every mount below it) read-only, or writable again.
+
+    Read-only also means no access time: a read of a file every grading can read would
+    otherwise change what the next `stat` of it says, for any of them to see.  mount_setattr
+    (Linux 5.12) does a whole tree at once; before it, each mount is remounted.
+    """
+    attr = _MountAttr(MOUNT_ATTR_RDONLY if readonly else 0, 0 if readonly else MOUNT_ATTR_RDONLY, 0, 0)
+    flags = AT_RECURSIVE if recursive else 0
+    result = _libc.syscall(ctypes.c_long(SYS_MOUNT_SETATTR), ctypes.c_int(AT_FDCWD), path.encode(), ctypes.c_uint(flags), ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)))
+    if result == 0:
+        return
+    code = ctypes.get_errno()
+    if code != errno.ENOSYS:
+        raise OSError(code, f"mount_setattr {path}: {os.strerror(code)}")
+    remount_each(path, readonly, recursive)
+
+
+def remount_each(path: str, readonly: bool, recursive: bool) -> None:
+    """read_only() before Linux 5.12: each mount remounted, repeating the options the kernel locked."""
+    for point, options in _mounts_under(path) if recursive else [(path, _options_of(path))]:
+        kept = sum(flag for name, flag in KEPT_OPTIONS.items() if name in options)
+        mount(None, point, None, MS_REMOUNT | MS_BIND | kept | (MS_RDONLY if readonly else 0))
+
+
+def _mounts_under(path: str) -> list[tuple[str, set[str]]]:
+    """Mount points at or below `path`, with their per-mount options (/proc/self/mountinfo)."""
+    found = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])  # a space comes as \040
+            if _under(point, path):
+                found.append((point, set(fields[5].split(","))))
+    return found
+
+
+def _options_of(path: str) -> set[str]:
+    options: set[str] = set()
+    for point, found in _mounts_under(path):
+        if point == path:
+            options = found  # the last one listed is the one on top
+    return options
+
+
 def set_hostname(name: str) -> None:
     """The UTS namespace's name (the host's stays the host's)."""
     import socket
@@ -194,11 +253,13 @@ def private_dev(extra: list[str], shm_mb: int) -> list[str]:
     return sorted(sources)
 
 
-def hide(directory: str, keep: dict[str, int], mode: int, size_mb: int) -> None:
+def hide(directory: str, keep: dict[str, int], mode: int, size_mb: int, writable: tuple[str, ...] = ()) -> None:
     """Cover `directory` with an empty tmpfs, then bind back the paths of `keep` found under it.
 
     `keep` maps a path to an O_PATH descriptor of it, opened before anything was covered (the
     judge's private directory, the Python installation where it lives in a covered folder).
+    A path of `writable` (the private directory) is made writable again once bound; the rest
+    stay as read-only as everything else of the machine.
     """
     mount("tmpfs", directory, "tmpfs", TMPFS_FLAGS, f"mode={mode:o},size={size_mb}m,nr_inodes={SMALL_INODES}")
     for path, fd in sorted(keep.items()):
@@ -210,6 +271,8 @@ def hide(directory: str, keep: dict[str, int], mode: int, size_mb: int) -> None:
             os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
             os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o600))
         bind(fd, path)
+        if path in writable:
+            read_only(path, False, recursive=False)
 
 
 def _under(path: str, directory: str) -> bool:

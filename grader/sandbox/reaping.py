@@ -3,6 +3,7 @@ the private directories judges that died left behind."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -85,25 +86,54 @@ def _peer_uid(conn: socket.socket) -> int:
     return uid
 
 
-PRIVATE_PREFIX = "pa-grade-"  # + the judge's pid + "-": a grading's private directory in the temp dir
+PRIVATE_PREFIX = "pa-grade-"  # + random letters: a grading's private directory in the temp dir
+STALE_AFTER_S = 60.0  # a directory younger than this is never swept (its judge may be locking it)
+_OLD_NAME = re.compile(re.escape(PRIVATE_PREFIX) + r"(\d+)-\w+")  # pa-grade-<judge pid>-*, before the lock
 
 
-def make_private_dir() -> str:
-    """A grading's private directory, named by its judge's pid, after removing those whose judge
-    died before its keeper could (a SIGKILL between making it and starting the worker)."""
+def make_private_dir() -> tuple[str, int]:
+    """A grading's private directory, and a descriptor holding a lock on it while its judge lives.
+
+    Its name carries nothing of the judge (the submission sees it: its mounts, its working
+    directory): whether a judge still needs it is the lock, which the kernel releases when the
+    judge dies however it dies.  First removes those whose judge died before its keeper could (a
+    SIGKILL between making it and starting the worker).
+    """
     parent = tempfile.gettempdir()
     try:
         entries = list(os.scandir(parent))
     except OSError:
         entries = []
     for entry in entries:
-        found = re.fullmatch(re.escape(PRIVATE_PREFIX) + r"(\d+)-\w+", entry.name)
-        if found is None or alive(int(found.group(1))):
-            continue
-        try:
-            info = entry.stat(follow_symlinks=False)
-        except OSError:
-            continue
-        if entry.is_dir(follow_symlinks=False) and info.st_uid == os.geteuid():  # ours, never a link
+        if entry.name.startswith(PRIVATE_PREFIX) and _abandoned(entry):
             shutil.rmtree(entry.path, ignore_errors=True)
-    return tempfile.mkdtemp(prefix=f"{PRIVATE_PREFIX}{os.getpid()}-")
+    path = tempfile.mkdtemp(prefix=PRIVATE_PREFIX)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # made a moment ago by us: nobody else holds it
+    return path, fd
+
+
+def _abandoned(entry: os.DirEntry[str]) -> bool:
+    """Whether this private directory is ours (never a link, never another user's) and its judge is gone."""
+    try:
+        info = entry.stat(follow_symlinks=False)
+    except OSError:
+        return False
+    if not entry.is_dir(follow_symlinks=False) or info.st_uid != os.geteuid():
+        return False
+    old = _OLD_NAME.fullmatch(entry.name)
+    if old is not None:  # made by a grader before the lock: named by its judge's pid
+        return not alive(int(old.group(1)))
+    if time.time() - info.st_mtime < STALE_AFTER_S:
+        return False
+    try:
+        fd = os.open(entry.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True  # nobody holds it: its judge is dead (closed when this descriptor closes)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)

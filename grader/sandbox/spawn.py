@@ -63,12 +63,14 @@ views = _sibling("views")
 def enter(plan: dict[str, Any], lifeline: int | None, private_dir: str, roots: list[str]) -> dict[str, Any]:
     """Split into keeper, nest, init and zygote; returns (in the zygote only) what is in force.
 
-    `plan` comes from the judge: "namespaces" (False: the instructor turned them off),
+    `plan` comes from the judge: "socket" (its path), "lifeline" (the descriptor), "namespaces"
+    (False: the instructor turned them off),
     "user_namespace" (False: as root, the others without one, as some containers allow), "uid"
     and "gid" (the submission's ids outside, when the judge runs as root), "cgroups" (the
     directories to join), "uid_lock" and "uid_lock_path" (the uid's lock, kept by the keeper alone),
     "cuda", "tmpfs_mb", "since" (when the grading began), "memory_mb" (what /proc/meminfo
-    says), and "workdir", "disk_mb" and "inodes" (the work folder's tmpfs).
+    says), "workdir", "disk_mb" and "inodes" (the work folder's tmpfs), and "hidden_files" (the
+    term secret's: covered in the mount namespace, left out of Landlock's rules by the zygote).
     `roots` are the paths the submission must be able to read (the Python installation).
     """
     root = os.geteuid() == 0
@@ -85,6 +87,9 @@ def enter(plan: dict[str, Any], lifeline: int | None, private_dir: str, roots: l
         "sys": "host",
         "disk": None,
         "view_errors": [],
+        "readonly": False,
+        "covered": [],
+        "hidden_files": list(plan.get("hidden_files") or []),
         "fatal": None,
     }
     _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -129,7 +134,7 @@ def enter(plan: dict[str, Any], lifeline: int | None, private_dir: str, roots: l
         _never_return(_nest, init, keep, devnull)
     try:
         if not facts["fatal"]:
-            _build(facts, flags, plan, hidden, keep, roots)
+            _build(facts, flags, plan, hidden, keep, roots, private_dir)
             if drop and not flags & ns.CLONE_NEWUSER:
                 ns.become(uid, gid, groups=True)
     except OSError as error:
@@ -158,18 +163,27 @@ def _never_return(role: Any, *args: Any) -> None:
     os._exit(70)
 
 
-def _build(facts: dict[str, Any], flags: int, plan: dict[str, Any], hidden: list[str], keep: dict[str, int], roots: list[str]) -> None:
-    """Init's mounts: its own /proc, a bare /dev, empty /tmp, /var/tmp, /run and judge's folder."""
+def _build(facts: dict[str, Any], flags: int, plan: dict[str, Any], hidden: list[str], keep: dict[str, int], roots: list[str], private_dir: str) -> None:
+    """Init's mounts: the machine's files read-only, its own /proc, a bare /dev, empty /tmp,
+    /var/tmp, /run and judge's folder (the private directory bound back, writable)."""
     size = int(plan.get("tmpfs_mb") or 64)
     if flags & ns.CLONE_NEWNS:
         ns.mount(None, "/", None, ns.MS_REC | ns.MS_PRIVATE)  # nothing mounted here shows outside
+        try:
+            # First: what is mounted from here on (/proc, /dev, the tmpfs) is the grading's own.
+            ns.read_only("/")
+            facts["readonly"] = True
+        except OSError as error:
+            facts["view_errors"].append(f"read-only: {error}")
         facts["proc"] = bool(flags & ns.CLONE_NEWPID) and ns.private_proc()
         extra = sorted(f"/dev/{n}" for n in os.listdir("/dev") if n.startswith("nvidia")) if plan.get("cuda") else []
         facts["devices"] = ns.private_dev(extra, size)
         facts["dev"] = True
+        writable = (os.path.realpath(private_dir),)
         for directory in hidden:
-            ns.hide(directory, keep, 0o1777 if directory in ("/tmp", "/var/tmp") else 0o755, size)
+            ns.hide(directory, keep, 0o1777 if directory in ("/tmp", "/var/tmp") else 0o755, size, writable)
         facts["hidden"] = hidden
+        facts["covered"] = views.cover_files(list(plan.get("hidden_files") or []))  # an error here is fatal
         _views(facts, flags, plan)
     elif plan.get("uid") is not None and os.geteuid() == 0:
         # No mount namespace to show a Python installation that the new uid cannot reach.

@@ -135,6 +135,26 @@ def mask_proc(memory_mb: int | None, cuda: bool = False) -> list[str]:
     return masked
 
 
+def cover_files(paths: list[str]) -> list[str]:
+    """Bind an empty file that nobody may open over each of `paths` that is a file here (the term
+    secret's): in this mount namespace the path leads nowhere.  Returns the paths covered."""
+    present = [p for p in paths if os.path.isfile(p) and not os.path.islink(p)]
+    if not present:
+        return []
+    stage = STAGE + "-cover"
+    os.mkdir(stage, 0o700)
+    ns.mount("tmpfs", stage, "tmpfs", ns.TMPFS_FLAGS | ns.MS_NOEXEC, "mode=555,size=4k,nr_inodes=4")
+    try:
+        _write(f"{stage}/none", "", 0o000)
+        ns.mount(None, stage, None, ns.MS_REMOUNT | ns.TMPFS_FLAGS | ns.MS_NOEXEC | ns.MS_RDONLY)
+        for path in present:
+            ns.mount(f"{stage}/none", path, None, ns.MS_BIND)
+    finally:
+        ns.umount(stage, ns.MNT_DETACH)
+        os.rmdir(stage)
+    return present
+
+
 def replace_sys(cuda: bool) -> str:
     """/sys as the submission sees it: "cpus" (the CPU lists only) or, under CUDA, "host" less the cgroups."""
     if cuda:

@@ -1,11 +1,11 @@
 """The judge's side of a warm worker template: start it, and fork sandboxed workers from it.
 
-A cold worker is `python -u -s -P worker.py SOCKET LIFELINE PLAN`: a new interpreter that
-imports torch (about a second of CPU) before the submission's first cell.  A template is the
-same script started once with `--template`: it imports what every worker imports before it
-connects (torch, spawn.py, the answer-key guard) and then only forks.  Each child takes the
-grading's descriptors, environment, working directory and arguments, exactly as Popen would
-have given them, and runs `main` from there: spawn.enter() builds the keeper, the nest
+A cold worker is `python -u -s -P worker.py`, its plan on standard input: a new interpreter
+that imports torch (about a second of CPU) before the submission's first cell.  A template is
+the same script started once with `--template`: it imports what every worker imports before
+it connects (torch, spawn.py, the answer-key guard) and then only forks.  Each child takes the
+grading's descriptors, environment, working directory and plan, exactly as Popen and the
+pipe would have given them, and runs `main` from there: spawn.enter() builds the keeper, the nest
 (cgroup, namespaces, uid), init (/proc, /dev, /tmp) and the zygote (rlimits, Landlock, the
 cells), per grading, as for a cold worker.  The template itself never runs submission code:
 no cell, no data and no connection of a submission ever reaches it (it is a fork server on a
@@ -14,7 +14,8 @@ socketpair; forkserver.py).
 Differences from a cold worker that a submission could see, none of which grading reads: the
 process's initial environment block and command line (/proc/self/environ and cmdline) are the
 template's (its environment holds no secret: the worker's own, less the grading's paths and
-token), and torch's import-time helper thread is not there (a forked process has one thread,
+token; its command line a cold worker's with `--template` and a descriptor's number; sys.argv
+and sys.orig_argv are a cold worker's), and torch's import-time helper thread is not there (a forked process has one thread,
 as the session children always had).  Memory: the pages torch's import wrote are shared with
 the template, so the worker first takes its own copy of them (worker.own_inherited_memory),
 and its grading's cgroup counts what a cold worker's counts, under the same caps.
@@ -108,15 +109,19 @@ class Template:
         shutil.rmtree(self.home, ignore_errors=True)
 
 
-def start(env: dict[str, str], *, python: str | None = None, label: str = "") -> Template:
+def start(env: dict[str, str], *, python: str | None = None) -> Template:
     """Start a template that imports torch under `env` (the worker's environment, Sandbox._env
-    less the per-grading variables), without waiting for it: see Template.wait_ready()."""
+    less the per-grading variables), without waiting for it: see Template.wait_ready().
+
+    Its command line is a cold worker's and a descriptor's number, nothing more: every worker
+    forked from it shows it as its own (/proc/self/cmdline), and a label (the class folder)
+    would tell a submission where the TA keeps the grades."""
     python = python or sys.executable
     home = Path(tempfile.mkdtemp(prefix="pa-template-"))  # HOME and TMPDIR while torch imports: empty
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         process = subprocess.Popen(
-            [python, "-u", "-s", "-P", str(WORKER), "--template", str(theirs.fileno()), *([label] if label else [])],
+            [python, "-u", "-s", "-P", str(WORKER), "--template", str(theirs.fileno())],
             cwd="/",
             env={**env, "HOME": str(home), "TMPDIR": str(home)},
             stdin=subprocess.DEVNULL,

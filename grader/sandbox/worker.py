@@ -1,12 +1,15 @@
 """The process that runs a submission's code.  Started as a script, never imported by the judge.
 
-    python -u -s -P worker.py SOCKET_PATH LIFELINE_FD PLAN_JSON
-    python -u -s -P worker.py --template REQUESTS_FD [LABEL]
+    python -u -s -P worker.py                  (the plan, JSON, on standard input)
+    python -u -s -P worker.py --template REQUESTS_FD
 
-The second form is a batch's warm *template* (warm.py): it imports what the first form
-imports before it connects (torch, spawn.py), once, and then forks on request a child that
-takes the grading's descriptors, environment, directory and arguments and goes on exactly
-as the first form would.  It never runs submission code.
+The plan (client.Sandbox._plan: the judge's socket, the lifeline's descriptor, the cgroups,
+the uid and its lock, ...) comes on standard input, never in the arguments or the
+environment, which the submission can read (/proc/self/cmdline); once the sandbox is built
+the worker keeps only the socket's path.  The second form is a batch's warm *template*
+(warm.py): it imports what the first form imports before it connects (torch, spawn.py),
+once, and then forks on request a child that takes the grading's descriptors, environment,
+directory and plan and goes on exactly as the first form would.  It never runs submission code.
 
 The processes that come from it, all in one new session started by the judge (or by the
 template's child):
@@ -99,15 +102,27 @@ class _BlockAnswerKey:
         return None
 
 
-def become_reaper(lifeline, private_dir, plan):
+def become_reaper(plan):
     """Split into the worker's keeper, nest and init (spawn.py: they never return) and the zygote.
 
-    `lifeline` is the read end of a pipe whose write end only the judge holds: when the judge
-    goes away, however it dies, the keeper sees end-of-file, kills everything below itself
+    `plan["lifeline"]` is the read end of a pipe whose write end only the judge holds: when the
+    judge goes away, however it dies, the keeper sees end-of-file, kills everything below itself
     and removes the judge's private directory (the one holding the socket) and the cgroup.
     Returns, in the zygote, what spawn.enter() put in force.
     """
-    return _sandbox_module("spawn").enter(plan, lifeline, private_dir, _read_roots())
+    private_dir = os.path.dirname(plan["socket"])
+    return _sandbox_module("spawn").enter(plan, plan.get("lifeline"), private_dir, _read_roots())
+
+
+def read_plan():
+    """The plan on standard input (all of it: the judge closed its end), then /dev/null there."""
+    data = b""
+    while chunk := os.read(0, 65536):
+        data += chunk
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    return json.loads(data)
 
 
 # --- start-up: run the cells, then serve forks ----------------------------------------
@@ -190,9 +205,11 @@ def describe_names(namespace):
     return found
 
 
-def main(path, lifeline=None, plan=None, forked=False):
+def main(plan, forked=False):
     """Run one grading's worker; `forked`: this process is a child of a warm template."""
-    facts = become_reaper(lifeline, os.path.dirname(path), plan or {})
+    path = plan["socket"]
+    facts = become_reaper(plan)
+    plan.clear()  # nothing of the judge's stays where a cell could find it (the socket's path aside)
     if facts.get("fatal"):  # never run a cell in a sandbox that could not be built
         control = connect(path)
         recv(control)
@@ -316,8 +333,8 @@ def own_inherited_memory():
 
 
 def _as_fresh_worker(request, fds):
-    """In a child of the template: become what `python -u -s -P worker.py SOCKET LIFELINE PLAN`
-    started by the judge would be (client.Sandbox._start_worker), then run as it does."""
+    """In a child of the template: become what `python -u -s -P worker.py` started by the judge
+    would be (client.Sandbox._start_worker), then run as it does."""
     out, err, lifeline, *lock = fds
     _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # as a process that Popen started
     os.setsid()
@@ -327,18 +344,21 @@ def _as_fresh_worker(request, fds):
         os.close(fd)
     plan = dict(request["plan"])
     plan["uid_lock"] = lock[0] if lock else None  # the lock's descriptor here, not the judge's
+    plan["lifeline"] = lifeline
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    request.clear()  # the request's frames stay below the cells': nothing of the judge's in them
     if "tempfile" in sys.modules:
         sys.modules["tempfile"].tempdir = None  # found again from TMPDIR, as in a fresh process
-    sys.argv = [os.path.abspath(__file__), request["socket"], str(lifeline), _dumps(plan)]
+    sys.argv = [os.path.abspath(__file__)]
+    sys.orig_argv[:] = sys.orig_argv[:5]  # python -u -s -P worker.py, less --template and its descriptor
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as Python starts
     sys.modules.pop("_pa_sandbox_forkserver", None)
     try:
-        main(request["socket"], lifeline, plan, forked=True)
+        main(plan, forked=True)
     except (EOFError, BrokenPipeError, ConnectionError):
         pass
     _exit(0)
@@ -348,7 +368,7 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--template"]:
         template(int(sys.argv[2]))
     try:
-        main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else None, json.loads(sys.argv[3]) if len(sys.argv) > 3 else None)
+        main(read_plan())
     except (EOFError, BrokenPipeError, ConnectionError):
         pass
     _exit(0)

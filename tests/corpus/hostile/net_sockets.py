@@ -168,14 +168,12 @@ import stat
 
 reached = []
 for host in ("127.0.0.1", "10.255.255.1"):
-    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
-        udp.sendto(b"pa-hostile-udp", (host, 47913))
-        reached.append(f"udp {host}")
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:  # refused outright where only AF_UNIX is allowed
+            udp.sendto(b"pa-hostile-udp", (host, 47913))
+            reached.append(f"udp {host}")
     except OSError:
         pass
-    finally:
-        udp.close()
 paths, looked = glob.glob("/tmp/pa-hostile-listen-*/*.sock"), 0
 for top in ("/tmp", "/var/tmp", "/dev/shm"):
     for folder, dirs, files in os.walk(top):

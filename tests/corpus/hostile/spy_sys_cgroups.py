@@ -189,7 +189,10 @@ try:
     print("INTERFACES:", sorted(os.listdir("/sys/class/net")))
 except OSError as error:
     print("INTERFACES REFUSED:", type(error).__name__)
-print("IF_NAMEINDEX:", [name for _, name in socket.if_nameindex()])
+try:
+    print("IF_NAMEINDEX:", [name for _, name in socket.if_nameindex()])
+except OSError as error:  # a netlink socket: refused where only AF_UNIX is allowed
+    print("IF_NAMEINDEX REFUSED:", error.errno)
 for path in ("/proc/sys/kernel/random/boot_id", "/sys/class/dmi/id/product_uuid", "/etc/machine-id"):
     try:
         with open(path) as f:
