@@ -25,7 +25,7 @@ from grader.audit.operators import Context, Replacement, mutations
 from grader.audit.regions import GIVEN, Region, find_regions, given_regions, reference_module
 
 DIFF_CONTEXT = 2  # lines of context around a survivor's change
-# Families planted in answers only: the frame conditions they break are the TODO calls' (README).
+# Families planted in answers only: the frame conditions they break are the TODO calls' (docs/contract.md).
 ANSWER_ONLY = ("pool-write", "alias", "container")
 
 
