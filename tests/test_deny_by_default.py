@@ -277,7 +277,7 @@ def test_the_collusion_channel_is_real_outside_the_sandbox() -> None:
 
 def test_disk_filler_stops_at_its_caps() -> None:
     if not MOUNT_NS:
-        pytest.skip("no mount namespace here: only each file is capped (file_mb), not the total (README)")
+        pytest.skip("no mount namespace here: only each file is capped (file_mb), not the total (docs/trust.md)")
     run = graded("disk_filler.py")
     excerpt, limits = run.result.output_excerpt, CONFIG.limits
     written = re.search(r"BYTES WRITTEN (\d+) MiB (\w+)", excerpt)

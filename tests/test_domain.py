@@ -1,6 +1,6 @@
 """The corner cases every item must finish reach the corners of the contract's domain.
 
-The README's domain table lists them; each assertion here names one and finds it among the
+docs/contract.md's domain table lists them; each assertion here names one and finds it among the
 explicit corner cases (which run before any random exploration, on every grading).
 """
 

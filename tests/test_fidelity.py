@@ -5,7 +5,7 @@ definitions do afterwards (tests/fidelity_probe.py, the same cell appended to bo
 Both runs start in a copy of the notebook's folder (a flat corpus file: the notebook alone), run
 the cells the grader runs (`grader.check()` lines are taken out, as grading takes them out), and
 run every cell whatever raised before (nbclient's allow_errors), as the grader does.  Where the
-grader must differ, and nowhere else (README, "How notebooks run"):
+grader must differ, and nowhere else (docs/notebooks.md):
 
 - a cell that raised SystemExit stops both (Jupyter's Run All stops there; nbclient would go on);
   the probe then runs on the cells before it, in both;

@@ -3,6 +3,7 @@ items graded; a batch retries it once, cold, and the TA's row names the item if 
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -58,10 +59,16 @@ def _with_grader_error(result):
     return result
 
 
-def test_a_batch_retries_a_grader_error_once_cold(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture(scope="module")
+def todo1_graded():
+    """TODO 1 of the reference, graded once for the tests below (each changes a copy)."""
+    return grade_path(REFERENCE, load_config(), "cpu", todos={"todo1"})
+
+
+def test_a_batch_retries_a_grader_error_once_cold(monkeypatch: pytest.MonkeyPatch, todo1_graded) -> None:
     config = load_config()
-    broken = _with_grader_error(grade_path(REFERENCE, config, "cpu", todos={"todo1"}))
-    fine = grade_path(REFERENCE, config, "cpu", todos={"todo1"})
+    broken = _with_grader_error(copy.deepcopy(todo1_graded))
+    fine = copy.deepcopy(todo1_graded)
     calls: list[bool] = []
 
     def once(self, student, sha256, cold=False):
@@ -79,10 +86,10 @@ def test_a_batch_retries_a_grader_error_once_cold(monkeypatch: pytest.MonkeyPatc
     assert calls == [False, True] and outcome.result.grader_errors() == ["todo1.per_token"]
 
 
-def test_the_tas_row_says_grader_error_with_the_item() -> None:
+def test_the_tas_row_says_grader_error_with_the_item(todo1_graded) -> None:
     from grader import standing
 
-    result = _with_grader_error(grade_path(REFERENCE, load_config(), "cpu", todos={"todo1"}))
+    result = _with_grader_error(copy.deepcopy(todo1_graded))
     entry = Entry(row_id=1, student="alice", sha256="", config_digest="", source="batch", path="", submitted_at=None, graded_at="", status=GRADED, result=result)
     row = standing.of(entry, "en")
     assert row.status == standing.Status.GRADED and row.total is not None  # the other items' points stand

@@ -284,7 +284,7 @@ def _neighbour(path: Path) -> Iterator[dict[str, Any]]:
 def _leaking_neighbour() -> contextlib.AbstractContextManager[dict[str, Any]]:
     """ipc_sysv_leak.py loaded while ipc_sysv_read.py is graded, where an IPC namespace can keep them apart.
 
-    Without one, gradings at the same time share SysV IPC (README): only the leak of a finished
+    Without one, gradings at the same time share SysV IPC (docs/trust.md): only the leak of a finished
     grading is tested then (swept by the judge).
     """
     return _neighbour(HOSTILE / "ipc_sysv_leak.py") if IPC_NS else contextlib.nullcontext({})
@@ -571,7 +571,7 @@ def _sysv_keys() -> set[int]:
 
 
 def _unlink_leaked_queue() -> None:
-    """Without an IPC namespace the POSIX queue ipc_sysv_leak.py makes outlives it (README): remove it here."""
+    """Without an IPC namespace the POSIX queue ipc_sysv_leak.py makes outlives it (docs/trust.md): remove it here."""
     ctypes.CDLL(None).mq_unlink(b"/pa-leak")
 
 
@@ -598,7 +598,7 @@ def test_sysv_channel_between_gradings_is_closed() -> None:
 def test_sysv_channel_closed_between_gradings_at_the_same_time() -> None:
     """The reader is graded while the leaking submission is loaded and holds its segment."""
     if not IPC_NS:
-        pytest.skip("no IPC namespace here: gradings running at the same time share SysV IPC (README)")
+        pytest.skip("no IPC namespace here: gradings running at the same time share SysV IPC (docs/trust.md)")
     read = graded("ipc_sysv_read.py")
     assert "FOUND: NOTHING FOUND" in read.result.output_excerpt
     assert read.around["isolation"]["namespaces"] == ISOLATION["namespaces"]

@@ -243,7 +243,7 @@ def test_nothing_left_when_the_judge_is_killed(tmp_path: Path, namespaces: str) 
     assert {LEAK_KEY, LEAK_KEY + 1}.isdisjoint(_sysv_keys())
     assert [p for p in LEAK_FILES if os.path.exists(p)] == []
     if not IPC_NS or namespaces == "0":
-        ctypes.CDLL(None).mq_unlink(b"/pa-leak")  # POSIX queues: not defended without an IPC namespace (README)
+        ctypes.CDLL(None).mq_unlink(b"/pa-leak")  # POSIX queues: not defended without an IPC namespace (docs/trust.md)
 
 
 def test_a_private_directory_whose_judge_died_first_is_swept_by_the_next_grading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

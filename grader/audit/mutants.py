@@ -25,7 +25,7 @@ from grader.audit.operators import Context, Replacement, mutations
 from grader.audit.regions import GIVEN, Region, find_regions, given_regions, reference_module
 
 DIFF_CONTEXT = 2  # lines of context around a survivor's change
-# Families planted in answers only: the frame conditions they break are the TODO calls' (README).
+# Families planted in answers only: the frame conditions they break are the TODO calls' (docs/contract.md).
 ANSWER_ONLY = ("pool-write", "alias", "container")
 
 
@@ -129,7 +129,8 @@ def splice(
 ) -> str | None:
     """The source with `node` replaced (or, for None, the statement dropped), or None when the
     text cannot say exactly that."""
-    expected = _expected_dump(tree, ctx, node, replacement)
+    top = _top_statement(tree, ctx, node)
+    expected = _expected_dump(tree, ctx, node, replacement, top or tree)
     if expected is None:
         return None
     if replacement is None:
@@ -143,15 +144,55 @@ def splice(
         if candidate is None:
             continue
         try:
-            if ast.dump(ast.parse(candidate)) == expected:
-                return candidate
+            parsed = ast.parse(candidate)
         except SyntaxError:
             continue
+        if top is None:
+            if ast.dump(parsed) == expected:
+                return candidate
+        elif _others_in_place(parsed, tree, top, candidate.count("\n") - text.count("\n")):
+            # Every other top-level statement is the same text at the same place, so the two
+            # trees are equal exactly when the changed statement is: dump that one alone.
+            if ast.dump(parsed.body[tree.body.index(top)]) == expected:
+                return candidate
+        elif ast.dump(parsed) == _expected_dump(tree, ctx, node, replacement, tree):
+            return candidate
     return None
 
 
-def _expected_dump(tree: ast.Module, ctx: Context, node: ast.AST, replacement: Replacement) -> str | None:
-    """The tree the operator means, dumped: the node swapped in place, dumped, swapped back."""
+def _top_statement(tree: ast.Module, ctx: Context, node: ast.AST) -> ast.stmt | None:
+    """The module-level statement that holds `node`; None when `node` is one itself."""
+    parent = ctx.parents.get(node)
+    if parent is None or parent is tree:
+        return None
+    while ctx.parents.get(parent) is not tree:
+        parent = ctx.parents.get(parent)
+        if parent is None:
+            return None
+    return parent  # type: ignore[return-value]
+
+
+def _others_in_place(parsed: ast.Module, tree: ast.Module, top: ast.stmt, shift: int) -> bool:
+    """The splice changed text inside `top` only; the other statements begin and end where they
+    did (`shift` lines later after it), so each parsed from the same text as before."""
+    if len(parsed.body) != len(tree.body):
+        return False
+    after = False
+    for old, new in zip(tree.body, parsed.body, strict=True):
+        if old is top:
+            after = True
+            continue
+        delta = shift if after else 0
+        if (new.lineno, new.end_lineno, new.col_offset, new.end_col_offset) != (
+            old.lineno + delta, (old.end_lineno or 0) + delta, old.col_offset, old.end_col_offset
+        ):
+            return False
+    return True
+
+
+def _expected_dump(tree: ast.Module, ctx: Context, node: ast.AST, replacement: Replacement, root: ast.AST) -> str | None:
+    """The tree the operator means, dumped from `root` (the module, or the statement holding the
+    node): the node swapped in place, dumped, swapped back."""
     parent = ctx.parents.get(node)
     if parent is None:
         return None
@@ -161,7 +202,7 @@ def _expected_dump(tree: ast.Module, ctx: Context, node: ast.AST, replacement: R
                 return None  # only statements in a body can be dropped or added to
             setattr(parent, name, replacement)
             try:
-                return ast.dump(tree)
+                return ast.dump(root)
             finally:
                 setattr(parent, name, node)
         if isinstance(value, list) and any(item is node for item in value):
@@ -174,7 +215,7 @@ def _expected_dump(tree: ast.Module, ctx: Context, node: ast.AST, replacement: R
             else:
                 value[index] = replacement
             try:
-                return ast.dump(tree)
+                return ast.dump(root)
             finally:
                 value[:] = saved
     return None

@@ -1,6 +1,6 @@
 """TODO 5's domain: attention cases, the features that vary them, and how a case is written.
 
-A case is one call of paged_attention.  Its domain (the README's table): any number of
+A case is one call of paged_attention.  Its domain (docs/contract.md's table): any number of
 sequences, any head_dim, any positive block_size, query heads a multiple of the KV heads,
 seq_lens from 1 up, block tables in any physical order and wider than needed (padding entries
 name other blocks, NaN-filled or another sequence's), NaN in every slot no sequence reads,

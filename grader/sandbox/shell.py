@@ -15,7 +15,7 @@ Not run while grading, each reported to the judge as a skipped line with its rea
 (`skipped(text, reason)`): shell commands (`!cmd`, `%%bash`, `%sx`, aliases such as `%ls`),
 installs (`%pip`, `%conda`), debuggers (`%debug`, `%pdb`, `breakpoint()`, `set_trace()`, any
 debugger prompt), what needs the network (`%load URL`, `%pastebin`) and programs a front end
-would start (`%qtconsole`).  The README's table lists every magic and what it does here.
+would start (`%qtconsole`).  docs/notebooks.md's table lists every magic and what it does here.
 """
 
 from builtins import Exception, int, len, list, next, print, set, str  # noqa: I001, UP029

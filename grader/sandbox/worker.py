@@ -328,7 +328,7 @@ def own_inherited_memory():
             while j < count and flags[j] & 1:
                 j += 1
             if madvise(start + i * page, (j - i) * page, MADV_POPULATE_WRITE) != 0:
-                return  # an older kernel: the pages stay shared (README, "Speed")
+                return  # an older kernel: the pages stay shared (docs/speed.md)
             i = j
 
 
