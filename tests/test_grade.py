@@ -109,7 +109,9 @@ def test_ungradable_input_exits_2_with_a_results_file(tmp_path, content: bytes, 
     assert proc.returncode == 2
     assert "Traceback" not in proc.stdout + proc.stderr
     payload = json.loads((tmp_path / "r.json").read_text())
-    assert payload["score"] == 0 and payload["tests"] and all(t["status"] == "failed" for t in payload["tests"])
+    # One truth for an ungradable file: not graded (no tests failed), the 0 Gradescope needs explained.
+    assert payload["score"] == 0 and payload["tests"] == [] and payload["extra_data"]["graded"] is False
+    assert payload["output"].startswith(("未评分", "Not graded"))
 
 
 def test_missing_submission_exits_2(tmp_path) -> None:
