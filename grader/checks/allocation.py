@@ -192,6 +192,15 @@ def make_machine(ctx: ItemContext, todo: str) -> type[RuleBasedStateMachine]:
         def _held(self) -> list[Req]:
             return self.pool.held() if self.pool else []
 
+        # What the submission did decides which rules can run: with no free block and no request
+        # holding one (a block leaked, a block the given code keeps back), none can.  Hypothesis
+        # needs one that can: this one, which does nothing.
+        # (TODO 2's prefill of a new request can always run.)
+        @precondition(lambda self: self.pool is None or (todo == "TODO 3" and not self.pool.free and not self._held()))
+        @rule()
+        def stuck(self) -> None:
+            pass
+
         @precondition(lambda self: bool(self._held()))
         @rule(data=st.data())
         def release(self, data: st.DataObject) -> None:
@@ -207,7 +216,8 @@ def make_machine(ctx: ItemContext, todo: str) -> type[RuleBasedStateMachine]:
                 pool = self.pool
                 if pool is None:
                     return
-                length = draw_length(data, pool.block_size, data.draw(_ints(1, len(pool.free)), label="blocks wanted"))
+                # An empty free list (a pool the given code keeps a block of) makes this an OOM.
+                length = draw_length(data, pool.block_size, data.draw(_ints(1, max(1, len(pool.free))), label="blocks wanted"))
                 req = pool.new_request(length, _request_id(data, pool))
                 self._do(lambda: pool.prefill(req))
 

@@ -346,7 +346,6 @@ class Pool(ContractState):
         problem: tuple[Assert, str, str, list[int]] | None = None
         remaining = Counter(before.free)
         remaining.subtract(taken)
-        held = [b for _, t in after.requests.values() for b in t]
         if not_free or len(set(taken)) != len(taken):
             problem = (
                 (f"all(b in free_before for b in {taken_expr}) and len(set({taken_expr})) == len({taken_expr})", f"blocks taken must be distinct and free before the call: took {{{taken_expr}}}, free_blocks was {{free_before}}", f"取走的块必须互不重复且调用前空闲：取走 {{{taken_expr}}}，调用前 free_blocks 为 {{free_before}}"),
@@ -369,16 +368,17 @@ class Pool(ContractState):
                 f"it changed other requests: {o.others_changed}",
                 [b for name in o.others_changed for b in after.requests[name][1]],
             )
-        elif sorted(after.free + held) != list(range(self.num_blocks)):
-            counts = Counter(after.free + held)
-            bad = sorted(b for b in counts if counts[b] != 1 or not 0 <= b < self.num_blocks) + [b for b in range(self.num_blocks) if not counts[b]]
+        elif bad := sorted(self._misplaced(after) - self._misplaced(before)):
+            # Only what this call misplaced: a block lost by an earlier call (another item's
+            # failure) or kept back by the given code is not this call's doing.
             everyone = self._others()
+            places = f"(m.free_blocks + [b for r in {everyone} for b in r.block_table])"
             problem = (
-                (f"sorted(m.free_blocks + [b for r in {everyone} for b in r.block_table]) == list(range({self.num_blocks}))",
+                (f"all({places}.count(b) == 1 for b in {bad})",
                  f"every block must be free or in exactly one block_table: free_blocks={{m.free_blocks}}, tables={{[r.block_table for r in {everyone}]}}",
                  f"每个块要么空闲、要么恰好在一个块表中：free_blocks={{m.free_blocks}}，块表 {{[r.block_table for r in {everyone}]}}"),
-                f"块 {sorted(set(bad))} 没有恰好出现在一处（空闲列表或某一个块表）",
-                f"block(s) {sorted(set(bad))} are not in exactly one place (the free list or one block_table)",
+                f"块 {bad} 没有恰好出现在一处（空闲列表或某一个块表）",
+                f"block(s) {bad} are not in exactly one place (the free list or one block_table)",
                 bad,
             )
         if problem is None:
@@ -386,6 +386,13 @@ class Pool(ContractState):
         check, zh, en, highlight = problem
         self._violation(prop, o, [check], f"{what} 之后块的归属出错：{zh}", f"after {what}, block ownership is broken: {en}", expected="every block free or in exactly one block_table", actual=after.text(), highlight=highlight)
         return False
+
+    def _misplaced(self, state: State) -> set[int]:
+        """Blocks not in exactly one place (the free list or one table), and ids outside the pool."""
+        counts = Counter(state.free)
+        for _, table in state.requests.values():
+            counts.update(table)
+        return {b for b, n in counts.items() if n != 1 or not 0 <= b < self.num_blocks} | {b for b in range(self.num_blocks) if not counts[b]}
 
     def _expect_oom(self, prop: str, o: Outcome, reply: Any, condition: str, where: str, where_zh: str) -> None:
         """Too few free blocks: a RuntimeError mentioning OOM, and nothing changed."""
