@@ -28,6 +28,7 @@ from grader.checks.attention_cases import (
     Case,
     call_args,
     expected_line,
+    far_cases,
     histories,
     make_inputs,
     preamble,
@@ -132,6 +133,8 @@ def judge(case: Case, inputs: dict[str, Array], value: dict) -> Verdict | None:
             f"{answer.dtype} on {out_device}",
             (shape_assert,),
         )
+    if not case.seq_lens:
+        return None  # a batch of no sequences: an empty tensor of the query's shape and dtype is the answer
     out = answer.values()
     values = {name: a.values() for name, a in inputs.items()}
     reference = dense_attention(values, case.scale)
@@ -200,21 +203,27 @@ def owners(ctx: ItemContext, history: list[Case], index: int, out: np.ndarray | 
     items that a right call with their feature still showed handled, and whether the call failed
     only for state kept from earlier calls.
 
-    Every item needs right values on its own cases: a feature's item owns a wrong call with its
-    feature unless the same call, with the feature kept and some other feature taken away, is
-    right (then the feature taken away is to blame, and that right call is evidence for the
-    kept one).  The base item owns what still fails with every feature off, and so does the
-    inputs item (it is paid for calls that are right and leave their inputs alone, so a mistake
-    no feature explains is its too).  So a wrong call that no ablation makes right belongs to
-    every item whose feature it has: no item is paid for output that is consistently wrong.
+    Every item needs right values on its own cases, and a wrong call costs only the items whose
+    property it breaks.  The base item owns a wrong call that is still wrong with every feature
+    off (its property, plain attention, is broken there); no feature item does, and the call
+    checks none of them (a feature cannot be judged where plain attention is wrong: its item
+    needs right calls of its own, and says what blocks it if it has too few).  Where the plain
+    call is right, a feature's item owns the wrong call unless the same call, with the feature
+    kept and some other feature taken away, is right (then the feature taken away is to blame,
+    and that right call is evidence for the kept one).  A wrong value is never the inputs
+    item's: it is paid for calls that are right and leave their inputs alone.  So a mistake of
+    one feature costs that item, one of plain attention costs the base item, and output wrong
+    everywhere leaves no item paid (the others are blocked by the base item's failure).
     """
     case = history[index]
     if ctx.focus == CUDA:
         return {CUDA}, set(), False
     # In a survey, an item that already failed needs no more evidence: its own run finds the
     # failure again.  (Ablations are fresh processes; they are most of a failing TODO 5's cost.)
-    candidates = [ctx.focus] if ctx.focus is not None else [i for i in (BASE, *FEATURE_OF, INPUTS) if i not in ctx.recorded]
-    if not candidates:
+    candidates = [ctx.focus] if ctx.focus is not None else [i for i in (BASE, *FEATURE_OF) if i not in ctx.recorded]
+    if not candidates or (ctx.focus is None and BASE in ctx.recorded):
+        # Plain attention failed already: a wrong call now is most likely its mistake again, and
+        # checks no feature; telling a feature's own mistake apart would cost an ablation a call.
         return set(), set(), False
     if (index or ctx.history) and _ablated(ctx, [case], 0, case).verdict is None:
         # Right when called alone in a fresh process: state kept from an earlier call (of this
@@ -229,14 +238,20 @@ def owners(ctx: ItemContext, history: list[Case], index: int, out: np.ndarray | 
 
     on = [feature for feature in FEATURE_OF.values() if case.has(feature)]
     shown: set[str] = set()
+    plain = case.plain()
+
+    def base_broken() -> bool:
+        """The same call with every feature off is wrong too (or this call has no feature)."""
+        return plain == case or not right(plain)
 
     def owns(item: str) -> bool:
-        if item in (BASE, INPUTS):
-            plain = case.plain()
-            if plain != case and right(plain):
-                shown.add(BASE)  # the plain case, right: evidence for the base item
-                return False
-            return True
+        if item == BASE:
+            if base_broken():
+                return True
+            shown.add(BASE)  # the plain case, right: evidence for the base item
+            return False
+        if base_broken():
+            return False
         feature = FEATURE_OF[item]
         kept = [_without(case, other, out) for other in on if other != feature]
         if len(on) > 2:
@@ -247,12 +262,14 @@ def owners(ctx: ItemContext, history: list[Case], index: int, out: np.ndarray | 
         return True
 
     features = [item for item, feature in FEATURE_OF.items() if feature in on]
-    concerned = [BASE, *features, INPUTS]
-    found = {item for item in candidates if item in concerned and owns(item)}
-    if not found and ctx.focus in (BASE, *features) and not any(owns(item) for item in (BASE, *features) if item != ctx.focus):
-        found = {ctx.focus}  # wrong, and no ablation puts the blame elsewhere
-    elif not found and ctx.focus is None and {BASE, *features} <= set(candidates):
-        found = set(features) or {BASE}
+    found = {item for item in candidates if item in (BASE, *features) and owns(item)}
+    if not found and not base_broken():
+        # Plain attention is right, and no single feature taken away makes the call right: the
+        # features together (in focus, the focused one, if the call has its feature).
+        if ctx.focus is None and set(features) <= set(candidates):
+            found = set(features)
+        elif ctx.focus in features and not any(owns(item) for item in features if item != ctx.focus):
+            found = {ctx.focus}
     return found, shown - found, False
 
 
@@ -392,10 +409,20 @@ def _record_mutation(ctx: ItemContext, script: Script, changed: list[str]) -> No
 _PLAIN = Case()
 
 
-def corners(item_id: str, device: str = "cpu") -> list[list[Case]]:
+def corners(item_id: str, device: str = "cpu", seed: int | None = None) -> list[list[Case]]:
+    """The item's corner cases, then (with a seed) the grading's far cases that concern it."""
+    far = [[case] for case in far_cases(seed, device)] if seed is not None else []
+    feature = FEATURE_OF.get(item_id)
+    mine = [h for h in far if feature is None or h[0].has(feature)]
+    return _fixed(item_id, device) + mine
+
+
+def _fixed(item_id: str, device: str) -> list[list[Case]]:
     r = replace
     base = [
         [r(_PLAIN, seq_lens=(1,), block_size=1, head_dim=1)],
+        # a batch of no sequences: an empty [0, num_heads, head_dim] tensor of the query's dtype
+        [r(_PLAIN, seq_lens=(), block_size=3, head_dim=5, num_kv_heads=2)],
         [r(_PLAIN, seq_lens=(3, 2), block_size=2, head_dim=1, num_kv_heads=3)],  # head_dim 1, several heads
         [r(_PLAIN, seq_lens=(7, 3), block_size=3, head_dim=5, index_dtype="int64")],
         [r(_PLAIN, seq_lens=(16, 1, 9), block_size=16, head_dim=64)],
@@ -457,6 +484,8 @@ def corners(item_id: str, device: str = "cpu") -> list[list[Case]]:
             [r(_PLAIN, seq_lens=(512,), block_size=1, head_dim=8, dtype="bfloat16", offset=1.0, salt=61)],
             [r(_PLAIN, seq_lens=(400, 37), block_size=2, head_dim=16, dtype="bfloat16", offset=1.0, salt=62)],
             [r(_PLAIN, seq_lens=(300,), block_size=3, head_dim=8, dtype="float16", offset=1.0, salt=63)],
+            # no sequences: still the query's dtype
+            [r(_PLAIN, seq_lens=(), block_size=2, head_dim=4, num_kv_heads=2, group=2, dtype="bfloat16")],
         ],
     }
     if item_id == INPUTS:
@@ -478,11 +507,11 @@ SURVEYED = (BASE, *FEATURE_OF, INPUTS)
 def plan(run: ItemContext) -> tuple[list[Callable[[], None]], Explore]:
     device = "cuda" if run.focus == CUDA else "cpu"
     if run.focus is None:
-        histories_ = [h for item in SURVEYED for h in corners(item)]
+        histories_ = [h for item in SURVEYED for h in corners(item, seed=run.seed())]
         unique = list(dict.fromkeys(tuple(h) for h in histories_))
         chosen = [list(h) for h in unique]
     else:
-        chosen = corners(run.focus, device)
+        chosen = corners(run.focus, device, run.seed())
 
     def explore(round_: int, count: int) -> None:
         force, avoid = FEATURE_OF.get(run.focus or ""), frozenset[str]()
