@@ -4,7 +4,15 @@ Domain: any positive block_size, num_blocks and head_dim; a block table in any o
 physical order), seq_len anywhere in its last block; and reads interleaved with writes of the
 pool and with the request growing (as decode grows it), so that a result cached from an
 earlier call shows.  The slots the request reads hold recognisable values (10000 * write +
-100 * block + slot + d / 100); every other slot is NaN.
+100 * block + slot + d / 100; in a large pool, write * 2**22 + (block * block_size + slot) *
+head_dim + d, exact in float32); every other slot is NaN.
+
+Sizes reach across orders of magnitude: hypothesis draws tables of hundreds of blocks, blocks
+of thousands of slots and heads of hundreds of dims now and then, and every grading adds one
+example per size far past those (`far_examples`, from the grading's seed): tables of 1,000 to
+5,000 blocks in pools of up to 70,000, sequences of 32k to 80k tokens, block_size to 4096,
+head_dim to 256.  A long table is an affine permutation, (stride * i + shift) % num_blocks,
+which its reproduction writes as that formula.
 
 Attribution: a failing read is the truncation item's when it needs a partial last block to
 fail (the same example with every block full passes); anything else is the table-order
@@ -14,6 +22,7 @@ item's (reading the right blocks in table order, and the current pool and table)
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -41,6 +50,22 @@ class Example:
     table: tuple[int, ...]
     seq_len: int
     events: tuple[tuple[str, int], ...] = (("read", 0),)  # ("read" | "write" | "rebind", 0), ("grow", tokens)
+
+    @property
+    def readable(self) -> bool:
+        """Values 10000 * write + 100 * block + slot + d / 100 (else the flat numbering, exact in float32)."""
+        return self.num_blocks < 100 and self.block_size < 100 and self.head_dim < 100
+
+    @property
+    def formula(self) -> tuple[int, int] | None:
+        """(stride, shift) when the table is (stride * i + shift) % num_blocks and long enough to write so."""
+        table, n = self.table, self.num_blocks
+        if len(table) <= 16:
+            return None
+        stride, shift = (table[1] - table[0]) % n, table[0]
+        if all(b == (stride * i + shift) % n for i, b in enumerate(table)):
+            return stride, shift
+        return None
 
     def full(self) -> Example:
         """The same example with every block full: no tail for truncation to cut."""
@@ -71,22 +96,42 @@ class Problem:
     frame: str = ""  # "read": a read changed the pool or the request; "results": an earlier result changed
 
 
+FLAT_WRITE = 1 << 22  # the flat numbering: write * 2**22 + slot number (a pool of at most 2**22 values, writes 0 to 3)
+
+
 def pool_values(ex: Example, table: list[int], seq_len: int, write: int) -> np.ndarray:
     pool = np.full((ex.num_blocks, ex.block_size, ex.head_dim), np.nan, dtype=np.float32)
-    fraction = np.arange(ex.head_dim, dtype=np.float32) / np.float32(100)
-    for p in range(seq_len):
-        block, slot = table[p // ex.block_size], p % ex.block_size
-        pool[block, slot] = np.float32(10000 * write + 100 * block + slot) + fraction
+    positions = np.arange(seq_len)
+    blocks, slots = np.asarray(table, dtype=np.int64)[positions // ex.block_size], positions % ex.block_size
+    if ex.readable:
+        fraction = np.arange(ex.head_dim, dtype=np.float32) / np.float32(100)
+        pool[blocks, slots] = (10000 * write + 100 * blocks + slots).astype(np.float32)[:, None] + fraction
+    else:
+        pool[blocks, slots] = (write * FLAT_WRITE + (blocks * ex.block_size + slots) * ex.head_dim)[:, None] + np.arange(ex.head_dim)
     return pool
 
 
 def set_up_lines(ex: Example) -> list[tuple[str, str, str]]:
     bs, hd = ex.block_size, ex.head_dim
+    formula = ex.formula
+    table = f"[({formula[0]} * i + {formula[1]}) % {ex.num_blocks} for i in range({len(ex.table)})]" if formula else str(list(ex.table))
     plain = [
         f"m = KVCacheManager(num_blocks={ex.num_blocks}, block_size={bs}, head_dim={hd})",
         f"r = Request(request_id=0, prompt_len={ex.seq_len})",
-        f"r.block_table = {list(ex.table)}",
+        f"r.block_table = {table}",
     ]
+    if not ex.readable:
+        body = [
+            "    m.physical_kv_cache.fill_(float('nan'))",
+            f"    p = torch.arange(r.seq_len); b, s = torch.tensor(r.block_table)[p // {bs}], p % {bs}",
+            f"    m.physical_kv_cache[b, s] = ((write * 2**22 + (b * {bs} + s) * {hd})[:, None] + torch.arange({hd})).float()",
+            "def expected():",
+            f"    p = torch.arange(r.seq_len); return m.physical_kv_cache[torch.tensor(r.block_table)[p // {bs}], p % {bs}]",
+            "fill(0)",
+        ]
+        comment = ("the slots r reads hold write * 2**22 + (block * block_size + slot) * head_dim + d; every other slot NaN",
+                   "r 读取的槽位为 write * 2**22 + (块 * block_size + 槽) * head_dim + d；其余槽位为 NaN")
+        return [*((line, "", "") for line in plain), ("def fill(write):", *comment), *((line, "", "") for line in body)]
     body = [
         "    m.physical_kv_cache.fill_(float('nan'))",
         "    for p in range(r.seq_len):",
@@ -130,7 +175,8 @@ def run_example(ctx: ItemContext, ex: Example, script: Script, count: bool = Tru
             cache.set(table, seq_len, write, rebind=True)
         elif kind == "grow":
             seq_len += n
-            grown = [b for b in range(ex.num_blocks) if b not in table][: max(0, math.ceil(seq_len / ex.block_size) - len(table))]
+            held = set(table)
+            grown = [b for b in range(ex.num_blocks) if b not in held][: max(0, math.ceil(seq_len / ex.block_size) - len(table))]
             table += grown
             script.add(f"r.block_table += {grown}; r.seq_len = {seq_len}; fill({write})", "the request grows, as decode grows it", "请求增长（如 decode）")
             cache.set(table, seq_len, write)
@@ -247,7 +293,8 @@ def _read(ctx: ItemContext, cache: _Cache, table: list[int], seq_len: int, write
 
 def _answer(ctx: ItemContext, reply: Reply, ex: Example, table: list[int], seq_len: int, write: int, index: int) -> Problem | None:
     pool = pool_values(ex, table, seq_len, write)
-    want = np.stack([pool[table[p // ex.block_size], p % ex.block_size] for p in range(seq_len)])
+    positions = np.arange(seq_len)
+    want = pool[np.asarray(table, dtype=np.int64)[positions // ex.block_size], positions % ex.block_size]
     try:
         answer = decode(reply.value)
     except (TypeError, ValueError):
@@ -273,10 +320,10 @@ def _answer(ctx: ItemContext, reply: Reply, ex: Example, table: list[int], seq_l
     got = out[bad].tolist() if out is not None else f"dtype {answer.dtype}"
     return Problem(
         index,
-        f"第 {bad} 个逻辑位置应来自物理块 {block} 的第 {slot} 个槽（按块表顺序、当前的池），实际读到 {_describe(got, 'zh')}",
-        f"logical position {bad} should come from physical block {block}, slot {slot} (block-table order, the pool as it is now); got {_describe(got, 'en')}",
-        str(want[bad].tolist()),
-        str(got),
+        f"第 {bad} 个逻辑位置应来自物理块 {block} 的第 {slot} 个槽（按块表顺序、当前的池），实际读到 {_describe(got, 'zh', ex)}",
+        f"logical position {bad} should come from physical block {block}, slot {slot} (block-table order, the pool as it is now); got {_describe(got, 'en', ex)}",
+        str(_row(want[bad].tolist())),
+        str(_row(got) if isinstance(got, list) else got),
         [shape_check, ("torch.equal(out.float(), expected())", f"row {bad} should be block {block} slot {slot}: expected {{expected()[{bad}].tolist()}}, got {{out[{bad}].tolist()}}", f"第 {bad} 行应来自块 {block} 槽 {slot}：期望 {{expected()[{bad}].tolist()}}，实际 {{out[{bad}].tolist()}}")],
         same_slots=same_slots,
     )
@@ -291,7 +338,7 @@ def _first_bad_row(out: np.ndarray | None, want: np.ndarray) -> int:
     return 0
 
 
-def _describe(values: list[float] | str, lang: str) -> str:
+def _describe(values: list[float] | str, lang: str, ex: Example) -> str:
     if isinstance(values, str):
         return values
     if values and all(math.isnan(v) for v in values):
@@ -299,11 +346,17 @@ def _describe(values: list[float] | str, lang: str) -> str:
     first = values[0] if values else float("nan")
     if not math.isfinite(first):
         return str(values)
-    write, rest = divmod(first, 10000)
-    block, slot = divmod(rest, 100)
+    shown = values if len(values) <= 8 else [*values[:8], "..."]
+    if ex.readable:
+        write, rest = divmod(first, 10000)
+        block, slot = divmod(rest, 100)
+        block, slot = int(block), int(round(slot))
+    else:
+        write, rest = divmod(int(first), FLAT_WRITE)
+        block, slot = divmod(rest // ex.head_dim, ex.block_size)
     if lang == "zh":
-        return f"第 {int(write)} 次写入的块 {int(block)} 槽 {int(round(slot))}（{values}）"
-    return f"block {int(block)} slot {int(round(slot))} of write {int(write)} ({values})"
+        return f"第 {int(write)} 次写入的块 {block} 槽 {slot}（{shown}）"
+    return f"block {block} slot {slot} of write {int(write)} ({shown})"
 
 
 def check_example(ctx: ItemContext, ex: Example) -> None:
@@ -371,16 +424,49 @@ def _write_frame_captures(script: Script, frame: str) -> None:
     script.lines.insert(reads[0], Line("kept = []"))
 
 
+def _row(values: list[float]) -> list[float | str]:
+    """A row as a message shows it: whole up to 8 values (head_dim reaches 256)."""
+    return values if len(values) <= 8 else [*values[:8], "..."]
+
+
+def _affine(n: int, used: int, stride: int, shift: int) -> list[int]:
+    """`used` distinct blocks of n: (stride * i + shift) % n, stride made prime to n."""
+    stride = max(1, stride % n)
+    while math.gcd(stride, n) != 1:
+        stride += 1
+    return [(stride * i + shift) % n for i in range(used)]
+
+
+# What a drawn example's sizes look like: small most often; now and then one size far out
+# (far_examples goes further still, every grading).
+SMALL, LONG_TABLE, BIG_BLOCK, WIDE_HEAD = "small", "long table", "big block", "wide head"
+SIZE_CLASSES = (SMALL,) * 5 + (LONG_TABLE, BIG_BLOCK, WIDE_HEAD)
+DRAWN_MAX = {"num_blocks": 600, "block_size": 4096, "head_dim": 256}
+
+
 @st.composite
-def examples(draw: st.DrawFn, tails: float) -> Example:
+def examples(draw: st.DrawFn, tails: float, ordered: bool = False) -> Example:
+    """`ordered`: one block, or blocks in physical order (truncation judged where table order broke)."""
+    size = draw(st.sampled_from(SIZE_CLASSES), label="size class")
     block_size = draw(st.one_of(st.sampled_from([1, 2, 3, 4, 5, 8]), st.integers(1, 20)), label="block_size")
     num_blocks = draw(st.integers(1, 10), label="num_blocks")
     head_dim = draw(st.integers(1, 5), label="head_dim")
+    if size == LONG_TABLE:
+        num_blocks = draw(st.one_of(st.integers(11, DRAWN_MAX["num_blocks"]), st.just(DRAWN_MAX["num_blocks"])), label="num_blocks")
+        block_size, head_dim = min(block_size, 8), min(head_dim, 3)
+    elif size == BIG_BLOCK:
+        block_size = draw(st.one_of(st.integers(21, DRAWN_MAX["block_size"]), st.sampled_from([2049, 4095, DRAWN_MAX["block_size"]])), label="block_size")
+        num_blocks, head_dim = min(num_blocks, 3), min(head_dim, 2)
+    elif size == WIDE_HEAD:
+        head_dim = draw(st.one_of(st.integers(6, DRAWN_MAX["head_dim"]), st.just(DRAWN_MAX["head_dim"])), label="head_dim")
     # One block a fifth of the time (a result that is a view of it shows there); several otherwise.
-    single = draw(st.integers(0, 4), label="one block") == 0
+    single = draw(st.integers(0, 4 if not ordered else 1), label="one block") == 0
     used = 1 if single else draw(st.integers(min(2, num_blocks), num_blocks), label="blocks used")
-    table = draw(st.permutations(range(num_blocks)), label="table")[:used]
-    if draw(st.integers(0, 3), label="sorted table") == 0:  # physical order a quarter of the time
+    if num_blocks > 10:  # a long table: an affine permutation, written as its formula
+        table = _affine(num_blocks, used, draw(st.integers(1, num_blocks), label="stride"), draw(st.integers(0, num_blocks - 1), label="shift"))
+    else:
+        table = draw(st.permutations(range(num_blocks)), label="table")[:used]
+    if ordered or draw(st.integers(0, 3), label="sorted table") == 0:  # physical order a quarter of the time
         table = sorted(table)
     elif table == sorted(table):
         table = table[::-1]  # otherwise never physical order
@@ -403,6 +489,43 @@ def examples(draw: st.DrawFn, tails: float) -> Example:
     if events[-1][0] != "read":
         events.append(("read", 0))
     return Example(num_blocks, block_size, head_dim, tuple(table), first, tuple(events))
+
+
+# -- far examples: one per size, every grading, their sizes from the grading's seed --------------
+
+FAR = {"table": 1000, "seq_len": 32768, "block_size": 4096, "head_dim": 256}  # what each reaches (block_size, head_dim: at most)
+
+
+def far_examples(seed: int) -> list[Example]:
+    """Four examples, each one size far out, the others small: a table of 1,000 to 5,000 blocks in
+    a pool of up to 70,000 (ids past 32,767 one grading in two); 32k to 80k tokens; blocks of
+    1025 to 4096 slots (4096 itself one grading in two) with a prompt one token over a block or
+    anywhere; heads of 129 to 256 dims (256 one in two).  Tables are shuffled (an affine
+    permutation), the last block partly used but where a grading draws it full."""
+    rng = random.Random(f"reconstruction far examples {seed}")
+    found = []
+    read_write_read = (("read", 0), ("write", 0), ("read", 0))
+
+    def example(num_blocks: int, block_size: int, head_dim: int, used: int, seq_len: int, events: tuple[tuple[str, int], ...] = (("read", 0),)) -> Example:
+        table = _affine(num_blocks, used, rng.randint(2, max(2, num_blocks - 1)), rng.randrange(num_blocks))
+        return Example(num_blocks, block_size, head_dim, tuple(table), seq_len, events)
+
+    used = int(2 ** rng.uniform(math.log2(FAR["table"]), math.log2(5000)))
+    bs = rng.randint(1, 4)
+    found.append(example(rng.randint(used, 70_000), bs, rng.randint(1, 2), used, used * bs - rng.randint(0, bs - 1), read_write_read))
+    tokens = int(2 ** rng.uniform(15, 16.3))
+    bs = rng.randint(8, 64)
+    used = math.ceil(tokens / bs)
+    found.append(example(used + rng.randint(0, used), bs, 1, used, tokens))
+    bs = rng.choice([4096, 4096, 4095, rng.randint(1025, 4096)])
+    used = rng.randint(2, 4)
+    seq_len = rng.choice([(used - 1) * bs + 1, rng.randint((used - 1) * bs + 1, used * bs)])
+    found.append(example(used + rng.randint(0, 2), bs, rng.randint(1, 2), used, seq_len, read_write_read))
+    hd = rng.choice([256, 256, rng.randint(129, 256)])
+    bs = rng.randint(1, 20)
+    used = rng.randint(2, 8)
+    found.append(example(used + rng.randint(0, 8), bs, hd, used, used * bs - rng.randint(0, bs - 1), (("read", 0), ("rebind", 0), ("read", 0))))
+    return found
 
 
 # Corner cases: block size 1; a tail; a shuffled table; reads after the pool is written
@@ -434,19 +557,24 @@ TAILS = {ORDER: 0.5, TRUNCATE: 0.9, None: 0.7}  # how often a drawn example has 
 
 def plan(run: ItemContext) -> tuple[list[Callable[[], None]], Explore]:
     def explore(round_: int, count: int) -> None:
-        tails = TAILS[run.focus]
+        tails, ordered = TAILS[run.focus], run.focus == TRUNCATE
         if round_ and run.focus is None and TRUNCATE in run.recorded:
             tails = 0.0  # a later round of a survey where truncation failed: table order's evidence, without tails
+        if round_ and run.focus is None and ORDER in run.recorded:
+            # Table order failed: truncation's evidence, where table order cannot interfere (one
+            # block, or blocks in physical order).
+            tails, ordered = TAILS[TRUNCATE], True
 
         @seed(run.seed(round_))
         @hypothesis_settings(run.config, count or run.config.hypothesis.max_examples)
-        @given(examples(tails))
+        @given(examples(tails, ordered))
         def test(ex: Example) -> None:
             check_example(run, ex)
 
         test()
 
-    return [lambda ex=ex: check_example(run, ex) for ex in CORNERS], explore
+    chosen = [*CORNERS, *far_examples(run.seed())]
+    return [lambda ex=ex: check_example(run, ex) for ex in chosen], explore
 
 
 def check_reconstruction(ctx: ItemContext) -> Failure | None:
