@@ -419,30 +419,65 @@ def _with_features(case: Case, on: Callable[[str], bool], pick: Pick, number: Nu
 FAR = {"seq_len": 32768, "num_blocks": 1000, "block_size": 4096, "head_dim": 256, "num_seqs": 24}  # what each reaches at least (block_size, head_dim: at most)
 
 
-def far_cases(seed: int, device: str = "cpu") -> list[Case]:
+@functools.lru_cache(maxsize=8)
+def far_cases(seed: int, device: str = "cpu") -> tuple[Case, ...]:
     """Four calls, each one size far out: a sequence of 32k to 80k tokens over thousands of blocks;
-    blocks of 1025 to 4096 slots (4096 itself one grading in two); heads of 129 to 256 dims (256
-    one in two); 24 to 80 sequences.  The other sizes stay small; the features are drawn too."""
+    blocks of 1025 to 4096 slots (4096 itself one grading in two), the first sequence one token
+    over a multiple of the block; heads of 129 to 256 dims (256 one in two); 24 to 80 sequences.
+    The other sizes stay small.  Features are drawn too: every one for the last two; GQA and
+    paging for the first two, whose last token must count (`_salient`): in float32 at the
+    default scale, with the salt among eight that gives that token the most weight."""
     rng = random.Random(f"attention far cases {seed}")
 
     def on(feature: str) -> bool:
         return rng.random() < 0.5
 
+    def on_layout(feature: str) -> bool:
+        return feature in (GQA, PAGING) and rng.random() < 0.5
+
+    def pick(label: str, options: Sequence[Any]) -> Any:
+        return rng.choice(options)
+
+    def number(label: str, low: int, high: int) -> int:
+        return rng.randint(low, high)
+
     salt = rng.randint(1, 2**20)
     long_len = int(2 ** rng.uniform(15, 16.3))
-    bs = rng.randint(8, 32)
-    long = Case(seq_lens=(long_len, rng.randint(1, 300))[: rng.randint(1, 2)], block_size=bs, head_dim=rng.choice([1, 2, 4, 8, 16]),
-                num_kv_heads=rng.choice([1, 2]), salt=salt, index_dtype=rng.choice(["int32", "int64"]), device=device)
+    long = Case(seq_lens=(long_len, rng.randint(1, 300))[: rng.randint(1, 2)], block_size=rng.randint(8, 32), head_dim=rng.choice([1, 2, 4, 8, 16]),
+                num_kv_heads=rng.choice([1, 2]), index_dtype=rng.choice(["int32", "int64"]), device=device)
     block = rng.choice([4096, 4096, 4095, rng.randint(1025, 4096)])
-    big_block = Case(seq_lens=tuple(rng.choice([block * rng.randint(1, 2) + 1, rng.randint(1, 3 * block)]) for _ in range(rng.randint(1, 3))),
-                     block_size=block, head_dim=rng.randint(1, 8), num_kv_heads=rng.choice([1, 2]), salt=salt + 1, device=device)
+    # The first sequence one token over a multiple of the block (int(n / block_size + 0.999) is short there).
+    lengths = (block * rng.randint(1, 2) + 1, *(rng.randint(1, 3 * block) for _ in range(rng.randint(0, 2))))
+    big_block = Case(seq_lens=lengths, block_size=block, head_dim=rng.randint(1, 8), num_kv_heads=rng.choice([1, 2]), device=device)
     wide = Case(seq_lens=tuple(rng.randint(1, 160) for _ in range(rng.randint(1, 3))), block_size=rng.randint(1, 33),
                 head_dim=rng.choice([256, 256, rng.randint(129, 256)]), num_kv_heads=rng.randint(1, 4), salt=salt + 2, device=device)
     many_bs = rng.randint(1, 16)
     many = Case(seq_lens=tuple(rng.choice([rng.randint(1, 300), many_bs * rng.randint(1, 8)]) for _ in range(rng.randint(24, 80))),
                 block_size=many_bs, head_dim=rng.choice([2, 4, 8, 16, 32]), num_kv_heads=rng.choice([1, 2]), salt=salt + 3, device=device)
-    return [_with_features(case, on, lambda label, options: rng.choice(options), lambda label, low, high: rng.randint(low, high))
-            for case in (long, big_block, wide, many)]
+    salient = [_salient(_with_features(case, on_layout, pick, number), [rng.randint(1, 2**20) for _ in range(8)]) for case in (long, big_block)]
+    return (*salient, *(_with_features(case, on, pick, number) for case in (wide, many)))
+
+
+def _salient(case: Case, salts: list[int]) -> Case:
+    """The case with the salt that gives its first sequence's last token the most weight (in the
+    query head where it weighs most): leaving out the last token, or a few, shows there even
+    among 80,000 tokens, where one token of about equal weight would be under the tolerance."""
+    n = case.seq_lens[0]
+    best, best_weight = salts[0], -1.0
+    for salt in salts:
+        query = fill((1, case.num_kv_heads, MAX_GROUP, case.head_dim), salt)[0, :, case.member : case.member + case.group]  # [kv, g, d]
+        keys = _prefix(n * case.num_kv_heads * case.head_dim, salt + 1).reshape(n, case.num_kv_heads, case.head_dim)
+        logits = np.einsum("kgd,nkd->kgn", query, keys) / math.sqrt(case.head_dim)
+        weights = np.exp(logits - logits.max(axis=2, keepdims=True))
+        weight = float((weights[:, :, -1] / weights.sum(axis=2)).max())
+        if weight > best_weight:
+            best, best_weight = salt, weight
+    return replace(case, salt=best)
+
+
+def _prefix(count: int, salt: int) -> np.ndarray:
+    """The first `count` values `fill` gives any shape with this salt (it numbers values in order)."""
+    return fill((count,), salt)
 
 
 def histories(force: str | None = None, device: str = "cpu", avoid: frozenset[str] = frozenset()) -> st.SearchStrategy[list[Case]]:
