@@ -126,11 +126,12 @@ def far_programs(seed: int, todo: str) -> tuple[Program, ...]:
 
 
 def _affine(rng: random.Random, n: int) -> tuple[int, ...]:
-    """A shuffled order of n items that the reproduction writes as a formula, (a * i + b) % n."""
+    """A shuffled order of n items that the reproduction writes as a formula, (a * i + b) % n; its
+    first item in the upper half (the first block handed out has an id past n / 2)."""
     a = rng.randint(2, max(2, n - 1))
     while math.gcd(a, n) != 1:
         a += 1
-    b = rng.randrange(n)
+    b = rng.randrange(n // 2, n)
     return tuple((a * i + b) % n for i in range(n))
 
 

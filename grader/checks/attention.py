@@ -490,7 +490,7 @@ def _fixed(item_id: str, device: str) -> list[list[Case]]:
     }
     if item_id == INPUTS:
         every = [cs for group in extra.values() for cs in group[:2]]
-        return [*base[:3], next(h for h in base if len(h) > 1), *every]
+        return [*base[:4], next(h for h in base if len(h) > 1), *every]
     if item_id == "todo5.cuda":
         chosen = [*base[:4], *(cs for group in extra.values() for cs in group[:2])]
         return [[_on(c, device) for c in cs] for cs in chosen]

@@ -508,6 +508,8 @@ def far_examples(seed: int) -> list[Example]:
 
     def example(num_blocks: int, block_size: int, head_dim: int, used: int, seq_len: int, events: tuple[tuple[str, int], ...] = (("read", 0),)) -> Example:
         table = _affine(num_blocks, used, rng.randint(2, max(2, num_blocks - 1)), rng.randrange(num_blocks))
+        if table == sorted(table):
+            table.reverse()  # never physical order
         return Example(num_blocks, block_size, head_dim, tuple(table), seq_len, events)
 
     used = int(2 ** rng.uniform(math.log2(FAR["table"]), math.log2(5000)))
