@@ -97,7 +97,9 @@ def _failure_body(failure: Failure, lang: str) -> list[str]:
 
 
 def _failure_block(item: ItemResult, lang: str) -> list[str]:
-    head = f"#### ✗ {code_span(item.id)} ({item.score:g}/{item.weight:g}){inline(blocked(item.blocked_by, lang))}: {inline(item.title.get(lang))}"
+    note = blocked(item.blocked_by, lang)
+    note = (" " if note.startswith(" ") else "") + inline(note.strip()) if note else ""
+    head = f"#### ✗ {code_span(item.id)} ({item.score:g}/{item.weight:g}){note}: {inline(item.title.get(lang))}"
     if item.failure is None:
         return [head, ""]
     return [head, "", *_failure_body(item.failure, lang)]
