@@ -227,7 +227,7 @@ BLOCK_SIZES = st.one_of(
 # are cut down where a large block size would pass it); far_programs go further.
 NUM_BLOCKS = st.one_of(st.integers(1, 12), st.integers(1, 12), st.integers(13, 600))
 HEAD_DIMS = st.sampled_from([1, 2, 3, 1, 2, 3, 64, 256])
-POOL_SLOTS = 2**20
+POOL_SLOTS = 2**16
 
 
 def _bounded(num_blocks: int, block_size: int, head_dim: int) -> tuple[int, int]:
@@ -245,6 +245,19 @@ def draw_length(data: st.DataObject, block_size: int, blocks: int) -> int:
         return data.draw(_ints(1, blocks * block_size), label="prompt_len")
     k = data.draw(_ints(1, blocks), label="blocks")
     return max(1, k * block_size + (0, 0, 1, -1)[kind])
+
+
+DRAWN_ONE_BY_ONE = 16  # a longer free list is reordered, or taken from, by a formula drawn whole
+
+
+def _order(data: st.DataObject, n: int) -> list[int]:
+    """A new order of n free blocks: any permutation for a few, an affine one, (a * i + b) % n, for many."""
+    if n <= DRAWN_ONE_BY_ONE:
+        return list(data.draw(st.permutations(range(n)), label="free list order"))
+    a, b = data.draw(_ints(1, n - 1), label="stride"), data.draw(_ints(0, n - 1), label="shift")
+    while math.gcd(a, n) != 1:
+        a += 1
+    return [(a * i + b) % n for i in range(n)]
 
 
 def _pick(data: st.DataObject, items: list[Any], label: str) -> Any:
@@ -344,8 +357,8 @@ def make_machine(ctx: ItemContext, todo: str) -> type[RuleBasedStateMachine]:
             @rule(data=st.data())
             def permute(self, data: st.DataObject) -> None:
                 assert self.pool is not None
-                order = data.draw(st.permutations(range(len(self.pool.free))), label="free list order")
-                self._do(lambda: self.pool.permute(list(order)))
+                order = _order(data, len(self.pool.free))
+                self._do(lambda: self.pool.permute(order))
 
             @precondition(lambda self: bool(self._again()))
             @rule(data=st.data())
@@ -365,7 +378,10 @@ def make_machine(ctx: ItemContext, todo: str) -> type[RuleBasedStateMachine]:
                 needed = pool.need(length)
                 if needed > len(pool.free):
                     return
-                indices = [data.draw(_ints(0, len(pool.free) - 1 - i), label="free index") for i in range(needed)]
+                if needed <= DRAWN_ONE_BY_ONE:
+                    indices = [data.draw(_ints(0, len(pool.free) - 1 - i), label="free index") for i in range(needed)]
+                else:  # many blocks: from the front or from the end of the free list (a draw per block costs more than the step)
+                    indices = [data.draw(st.sampled_from([0, -1]), label="free end")] * needed
                 req = pool.new_request(length, _request_id(data, pool))
                 self._do(lambda: pool.place(req, indices))
 
