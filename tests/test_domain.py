@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from grader.checks import allocation, ledger, reconstruct
+from grader.checks import allocation, ledger, reconstruct_cases
 from grader.checks.attention import corners as attention_corners
 from grader.checks.attention_cases import GQA, LOW_PRECISION, PAGING, SCALE, Case, make_inputs
 
@@ -160,7 +160,7 @@ def test_ledger_corners() -> None:
 
 
 def test_reconstruction_corners() -> None:
-    corners = reconstruct.CORNERS
+    corners = reconstruct_cases.CORNERS
     assert any(ex.block_size == 1 for ex in corners)
     assert any(ex.block_size not in (1, 2, 4, 8, 16) for ex in corners)
     assert any(ex.seq_len % ex.block_size for ex in corners)  # a partial last block
@@ -304,17 +304,17 @@ def test_far_attention_cases_are_cases_their_reproduction_writes_short() -> None
 def test_every_grading_meets_the_far_reconstruction_examples() -> None:
     widths, lengths, blocks, heads, pools = [], [], [], [], []
     for seed in SEEDS:
-        examples = reconstruct.far_examples(seed)
+        examples = reconstruct_cases.far_examples(seed)
         widths.append(max(len(ex.table) for ex in examples))
         lengths.append(max(ex.seq_len for ex in examples))
         blocks.append(max(ex.block_size for ex in examples))
         heads.append(max(ex.head_dim for ex in examples))
         pools.append(max(max(ex.table) for ex in examples))
         for ex in examples:
-            assert ex.readable or ex.num_blocks * ex.block_size * ex.head_dim <= reconstruct.FLAT_WRITE  # exact in float32
+            assert ex.readable or ex.num_blocks * ex.block_size * ex.head_dim <= reconstruct_cases.FLAT_WRITE  # exact in float32
             assert list(ex.table) != sorted(ex.table)  # never physical order
-    assert min(widths) >= reconstruct.FAR["table"] and min(lengths) >= reconstruct.FAR["seq_len"]
-    assert min(blocks) > 1024 and max(blocks) == reconstruct.FAR["block_size"] and min(heads) > 128 and max(heads) == reconstruct.FAR["head_dim"]
+    assert min(widths) >= reconstruct_cases.FAR["table"] and min(lengths) >= reconstruct_cases.FAR["seq_len"]
+    assert min(blocks) > 1024 and max(blocks) == reconstruct_cases.FAR["block_size"] and min(heads) > 128 and max(heads) == reconstruct_cases.FAR["head_dim"]
     assert sum(p > 32767 for p in pools) > len(SEEDS) // 4  # ids past int16, often
     assert len(set(widths)) > 10 and len(set(lengths)) > 10 and len(set(blocks)) > 2 and len(set(heads)) > 2
 
@@ -341,7 +341,7 @@ def test_drawn_attention_cases_reach_each_drawn_maximum() -> None:
 
 @pytest.mark.slow
 def test_drawn_reconstruction_examples_reach_each_drawn_maximum() -> None:
-    from grader.checks.reconstruct import DRAWN_MAX, examples
+    from grader.checks.reconstruct_cases import DRAWN_MAX, examples
 
     assert _reaches(examples(0.7), lambda ex: ex.num_blocks == DRAWN_MAX["num_blocks"] and len(ex.table) > 100)
     assert _reaches(examples(0.7), lambda ex: ex.block_size == DRAWN_MAX["block_size"])
