@@ -1,20 +1,20 @@
 """One mistake, one item: how many single-mistake corpus files lose more than their mistake breaks.
 
     .venv/bin/python benchmarks/one_mistake.py [--jobs 2] [--json out.json] [FILE ...]
+    .venv/bin/python benchmarks/one_mistake.py --from-json before.json    # the figure of a saved run
+    .venv/bin/python benchmarks/one_mistake.py --json out.json --declare  # write the missing `# breaks:` lines
 
-Grades every file of tests/corpus/buggy (or the files given) with the public seed and prints,
-per file, the items it lost and how.  A file *over-fails* when it loses an item that its
-mistake does not break, which the grader itself shows in two ways:
-
-- an item lost as "not exercised" or "too slow" (its property never seen broken: another
-  item's failure kept its cases from being checked), while another item of the TODO failed
-  on a case of its own;
-- an item lost outside the TODO the file declares (`# corpus: expect-fail todoN`).
-
-Items lost on a reproduction of their own (a wrong result, an error) are the mistake's: an
-attention mistake wrong with every feature off costs every attention item on purpose
-(docs/grading.md, ablation), and a file that declares `# breaks: item, ...` on its second or
-third line is held to that list too (an item lost outside it over-fails).
+Run it from the checkout whose grader you measure.  It grades every file of
+tests/corpus/buggy (or the files given) with the public seed and prints, per file, the items
+it lost and how.  The items a file's mistake breaks are declared in its header, `# breaks:
+item, ...` (the second line): the items that fail on a case of their own property, with a
+reproduction of their own.  A file *over-fails* when it loses any other item: one lost as
+"not exercised" or "too slow" (another item's failure kept its cases from being checked;
+the card says which, `blocked_by`), one an ablation wrongly blamed, one outside its TODO.
+Without a declaration, an item counts as broken when it failed on a case of its own
+(kind wrong or error) inside the file's TODO.  `--declare` writes that set as the file's
+declaration where it has none (review it: the declaration is the corpus's claim, the grader
+is measured against it).
 """
 
 from __future__ import annotations
@@ -74,13 +74,40 @@ def grade_one(path: Path) -> tuple[str, list[dict]]:
 def over_fails(path: Path, lost: list[dict]) -> list[str]:
     """The items this file loses that its mistake does not break (see the module's docstring)."""
     todo, breaks = declared(path)
-    own = [i for i in lost if i["kind"] not in COLLATERAL]
-    extra = [i["id"] for i in lost if i["todo"] != todo]
-    if own:
-        extra += [i["id"] for i in lost if i["kind"] in COLLATERAL and i["todo"] == todo]
-    if breaks is not None:
-        extra += [i["id"] for i in lost if i["id"] not in breaks and i["id"] not in extra]
-    return extra
+    if breaks is None:
+        breaks = {i["id"] for i in lost if i["kind"] not in COLLATERAL and i["todo"] == todo}
+    return [i["id"] for i in lost if i["id"] not in breaks]
+
+
+def declare(path: Path, lost: list[dict]) -> bool:
+    """Write `# breaks:` (the items lost on cases of their own) as the file's second line, if it has none."""
+    todo, breaks = declared(path)
+    own = sorted(i["id"] for i in lost if i["kind"] not in COLLATERAL and i["todo"] == todo)
+    if breaks is not None or not own:
+        return False
+    line = "# breaks: " + ", ".join(own)
+    if path.suffix == ".ipynb":
+        notebook = json.loads(path.read_text(encoding="utf-8"))
+        cell = next(c for c in notebook["cells"] if c["cell_type"] == "code")
+        source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        first, _, rest = source.partition("\n")
+        text = f"{first}\n{line}\n{rest}"
+        cell["source"] = text.splitlines(keepends=True) if isinstance(cell["source"], list) else text
+        path.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    else:
+        first, _, rest = path.read_text(encoding="utf-8").partition("\n")
+        path.write_text(f"{first}\n{line}\n{rest}", encoding="utf-8")
+    return True
+
+
+def report(results: dict[str, list[dict]]) -> dict[str, list[str]]:
+    over = {name: over_fails(Path(name), lost) for name, lost in results.items()}
+    bad = {name: items for name, items in over.items() if items}
+    print(f"\n{len(bad)} of {len(results)} single-mistake files lose more than their mistake breaks ({100 * len(bad) / max(1, len(results)):.1f} %)")
+    for name, items in sorted(bad.items()):
+        kinds = {i["id"]: i["kind"] + (f" blocked by {i['blocked_by']}" if i["blocked_by"] else "") for i in results[name]}
+        print(f"  {Path(name).name}: {', '.join(f'{item} ({kinds[item]})' for item in items)}")
+    return over
 
 
 def main() -> int:
@@ -88,21 +115,26 @@ def main() -> int:
     parser.add_argument("files", nargs="*")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--from-json", type=Path, help="a saved run's results, judged against this checkout's declarations")
+    parser.add_argument("--declare", action="store_true", help="write the missing `# breaks:` lines from the results")
     args = parser.parse_args()
-    os.environ.pop("PA_GRADER_SECRET", None)
-    os.environ["PA_GRADER_SECRET_FILE"] = os.devnull  # the public seed, as the tests grade
-    paths = files(args.files)
-    results: dict[str, list[dict]] = {}
-    with multiprocessing.get_context("fork").Pool(max(1, args.jobs)) as pool:
-        for name, lost in pool.imap_unordered(grade_one, paths):
-            results[name] = lost
-            print(f"{Path(name).name}: " + ", ".join(f"{i['id']}({i['kind']})" for i in lost), flush=True)
-    over = {name: over_fails(Path(name), lost) for name, lost in results.items()}
-    bad = {name: items for name, items in over.items() if items}
-    print(f"\n{len(bad)} of {len(results)} single-mistake files lose more than their mistake breaks ({100 * len(bad) / max(1, len(results)):.1f} %)")
-    for name, items in sorted(bad.items()):
-        print(f"  {Path(name).name}: {', '.join(items)}")
-    if args.json:
+    if args.from_json:
+        saved = json.loads(args.from_json.read_text(encoding="utf-8"))["results"]
+        here = {p.name: p for p in files([])}
+        results = {str(here[Path(name).name]): lost for name, lost in saved.items() if Path(name).name in here}
+    else:
+        os.environ.pop("PA_GRADER_SECRET", None)
+        os.environ["PA_GRADER_SECRET_FILE"] = os.devnull  # the public seed, as the tests grade
+        results = {}
+        with multiprocessing.get_context("fork").Pool(max(1, args.jobs)) as pool:
+            for name, lost in pool.imap_unordered(grade_one, files(args.files)):
+                results[name] = lost
+                print(f"{Path(name).name}: " + ", ".join(f"{i['id']}({i['kind']})" for i in lost), flush=True)
+    if args.declare:
+        written = [name for name, lost in results.items() if declare(Path(name), lost)]
+        print(f"declared the items broken in {len(written)} files")
+    over = report(results)
+    if args.json and not args.from_json:
         args.json.write_text(json.dumps({"results": results, "over": over}, indent=1), encoding="utf-8")
     return 0
 
