@@ -219,8 +219,11 @@ def _balanced(todos: list[str], ways: int) -> list[list[str]]:
 def _run_todos(todos: list[str], *, by_todo: dict[str, list[RubricItem]], checks: dict[str, Check], required_names: dict[str, tuple[str, ...]],
                sandbox: Sandbox, report: LoadReport, config: Config, device: str, deadline: float, grading: Grading) -> list[ItemResult]:
     """The items of some TODOs, in order (one thread's share)."""
+    from grader.checks.running import mark_blocked
+
     outcomes = []
     for todo in todos:
+        start = len(outcomes)
         for item in by_todo[todo]:
             if item.device == "cuda" and device != "cuda":
                 # Never counted on a machine without a GPU, whatever the submission did.
@@ -230,6 +233,7 @@ def _run_todos(todos: list[str], *, by_todo: dict[str, list[RubricItem]], checks
                 outcomes.append(_run_item(item, checks, required_names, sandbox, report, config, device, deadline, grading))
             except Exception as error:  # a grader bug outside the check itself: still this item alone
                 outcomes.append(_item(item, FAILED, grader_error(error)))
+        mark_blocked(outcomes[start:])  # an item that could not be judged says which failing item blocks it
     return outcomes
 
 

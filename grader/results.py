@@ -61,6 +61,7 @@ class ItemResult:
     seconds: float = 0.0
     exercised: int = 0  # times the item's property was actually checked (a pass needs enough of them)
     random_cases: int = 0  # random cases that completed and checked it (a pass needs [evidence] min_random)
+    blocked_by: str = ""  # the failing item of the same TODO that kept this one from being judged (its reproduction is shown)
 
     @property
     def score(self) -> float:

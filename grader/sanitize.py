@@ -219,6 +219,7 @@ def _item(item: ItemResult, limits: FieldLimits) -> ItemResult:
         examples=max(0, _int(item.examples)),
         seconds=max(0.0, _number(item.seconds)),
         exercised=max(0, _int(item.exercised)),
+        blocked_by=safe_line(item.blocked_by, limits.short) if isinstance(item.blocked_by, str) else "",
     )
 
 

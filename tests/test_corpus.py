@@ -23,15 +23,24 @@ from tests.conftest import CORPUS, failing_todos, grade_all, graded
 pytestmark = pytest.mark.slow
 
 
-def expectation(path: Path) -> str:
+def _header(path: Path) -> list[str]:
     if path.suffix == ".ipynb":
         cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
         source = next(c["source"] for c in cells if c["cell_type"] == "code")
-        header = ("".join(source) if isinstance(source, list) else source).splitlines()[0]
-    else:
-        header = path.read_text(encoding="utf-8").splitlines()[0]
+        return ("".join(source) if isinstance(source, list) else source).splitlines()[:3]
+    return path.read_text(encoding="utf-8").splitlines()[:3]
+
+
+def expectation(path: Path) -> str:
+    header = _header(path)[0]
     assert header.startswith("# corpus: "), path
     return header.removeprefix("# corpus: ")
+
+
+def breaks(path: Path) -> set[str] | None:
+    """The items the file's mistake breaks (`# breaks: item, ...`, its second line), if it says."""
+    said = [line.removeprefix("# breaks:") for line in _header(path)[1:] if line.startswith("# breaks:")]
+    return {item.strip() for item in said[0].split(",")} if said else None
 
 
 def _files(kind: str) -> list[Path]:
@@ -77,6 +86,14 @@ def test_buggy_submission_is_caught_in_its_todo(path: Path) -> None:
             assert item.failure is not None and item.failure.message.en and item.failure.message.zh
             assert item.failure.kind in ("wrong", "error", "not_exercised", "not_implemented", "missing")
             assert item.failure.repro, f"{item.id} failed without a reproduction"
+    # One mistake, one item: it loses the items it breaks, each on a case of its own; any other
+    # item it loses could not be judged, and says which of those blocks it (docs/grading.md).
+    declared = breaks(path)
+    if declared is not None:
+        own = {i.id for i in result.items if i.status == "failed" and not i.blocked_by}
+        blocked = {i.id: i.blocked_by for i in result.items if i.status == "failed" and i.blocked_by}
+        assert own == declared, [(i.id, i.failure.kind, i.failure.message.en) for i in result.items if i.status == "failed" and i.failure]
+        assert set(blocked.values()) <= declared, blocked
 
 
 @pytest.mark.parametrize("path", CORRECT, ids=[_id(p) for p in CORRECT])

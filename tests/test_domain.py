@@ -6,12 +6,13 @@ explicit corner cases (which run before any random exploration, on every grading
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 import pytest
 
-from grader.checks import allocation, ledger, reconstruct
+from grader.checks import allocation, ledger, reconstruct_cases
 from grader.checks.attention import corners as attention_corners
 from grader.checks.attention_cases import GQA, LOW_PRECISION, PAGING, SCALE, Case, make_inputs
 
@@ -36,6 +37,8 @@ def simulate(program: allocation.Program) -> set[str]:
         elif op == "place":
             req = requests[-1 if args[0] is None else args[0]]
             req["table"] = [free.pop(i) for i in args[1]]
+        elif op == "other":
+            seen.add("another manager between calls")
         elif op == "permute":
             free = [free[i] for i in args[0]]
         elif op == "prefill":
@@ -45,10 +48,16 @@ def simulate(program: allocation.Program) -> set[str]:
                 seen.add("a released request prefilled again")
             if need > len(free):
                 seen.add("prefill OOM" + (" with blocks still free" if free else " on an empty pool"))
+                if len(free) >= 100_000:
+                    seen.add("prefill OOM in a pool of 100,000 blocks")
                 if free != sorted(free):
                     seen.add("prefill OOM on a free list out of order")
                 continue
             seen.add("prefill exactly enough" if need == len(free) else "prefill fits")
+            if need == len(free) and len(free) + sum(len(r["table"]) for r in requests) >= 100:
+                seen.add("prefill takes every free block of a pool of hundreds")
+            if any(b >= 32768 for b in free[:need]):
+                seen.add("prefill hands out ids past 32767")
             if block_size >= 256 and req["len"] % block_size == 1:
                 seen.add("prompt one token over a block of hundreds")
             if block_size == allocation.LARGEST_BLOCK and req["len"] % block_size == 1 and req["len"] > block_size:
@@ -65,6 +74,8 @@ def simulate(program: allocation.Program) -> set[str]:
             grows = req["len"] + 1 > len(req["table"]) * block_size
             if grows and not free:
                 seen.add("decode OOM")
+                if sum(len(r["table"]) for r in requests) >= 100_000:
+                    seen.add("decode OOM on a full pool of 100,000 blocks")
                 continue
             if not free and not grows:
                 seen.add("decode on a full pool that needs no block")
@@ -76,6 +87,10 @@ def simulate(program: allocation.Program) -> set[str]:
                     seen.add("decode opens a block after several of the largest size")
                 if free != sorted(free):
                     seen.add("decode opens a block from a free list out of order")
+                if len(free) == 1 and len(free) + sum(len(r["table"]) for r in requests) >= 100:
+                    seen.add("decode takes the last free block of a pool of hundreds")
+                if free[0] >= 4096:
+                    seen.add("decode hands out an id past 4095")
                 req["table"].append(free.pop(0))
             else:
                 seen.add("decode within a block")
@@ -104,6 +119,11 @@ def _all(programs: tuple[allocation.Program, ...]) -> set[str]:
 )
 def test_prefill_corners(corner: str) -> None:
     assert corner in _all(allocation.PREFILL_CORNERS)
+
+
+def test_prefill_corners_meet_another_manager() -> None:
+    assert "another manager between calls" in _all(allocation.PREFILL_CORNERS)
+    assert "another manager between calls" in _all(allocation.DECODE_CORNERS)
 
 
 @pytest.mark.parametrize(
@@ -140,7 +160,7 @@ def test_ledger_corners() -> None:
 
 
 def test_reconstruction_corners() -> None:
-    corners = reconstruct.CORNERS
+    corners = reconstruct_cases.CORNERS
     assert any(ex.block_size == 1 for ex in corners)
     assert any(ex.block_size not in (1, 2, 4, 8, 16) for ex in corners)
     assert any(ex.seq_len % ex.block_size for ex in corners)  # a partial last block
@@ -213,3 +233,133 @@ def test_the_corner_cases_alone_never_pay_for_an_item(monkeypatch: pytest.Monkey
     for item in ran:
         assert item.failure is not None and item.failure.kind == "not_exercised", (item.id, item.failure)
         assert "0 of 20 random cases" in item.failure.message.en, (item.id, item.failure.message.en)
+
+
+# -- far cases: every grading reaches each size's far end, at a size its seed draws ---------------
+
+SEEDS = range(24)
+
+
+@functools.cache
+def _far_seen(todo: str) -> list[set[str]]:
+    """What each grading's far programs meet, one set per seed."""
+    return [_all(allocation.far_programs(seed, todo)) for seed in SEEDS]
+
+
+@pytest.mark.parametrize(
+    "corner",
+    ["prefill takes every free block of a pool of hundreds", "prefill hands out ids past 32767", "prefill OOM in a pool of 100,000 blocks"],
+)
+def test_every_grading_meets_the_far_allocator_cases_in_prefill(corner: str) -> None:
+    assert all(corner in seen for seen in _far_seen("TODO 2"))
+
+
+@pytest.mark.parametrize(
+    "corner",
+    ["decode takes the last free block of a pool of hundreds", "decode hands out an id past 4095", "decode OOM on a full pool of 100,000 blocks"],
+)
+def test_every_grading_meets_the_far_allocator_cases_in_decode(corner: str) -> None:
+    assert all(corner in seen for seen in _far_seen("TODO 3"))
+
+
+def test_far_pool_sizes_come_from_the_seed() -> None:
+    """No pool size is safe to special-case: each grading draws its own, over a wide range."""
+    for todo in ("TODO 2", "TODO 3"):
+        sizes = [[program[0][1] for program in allocation.far_programs(seed, todo)] for seed in SEEDS]
+        hundreds, huge = [s[0] for s in sizes], [s[1] for s in sizes]
+        assert min(hundreds) >= 100 and max(hundreds) > 1000 and len(set(hundreds)) > 15
+        assert min(huge) >= allocation.FAR_POOL and len(set(huge)) > 18
+        assert allocation.far_programs(7, todo) == allocation.far_programs(7, todo)  # the same grading, the same cases
+
+
+def test_every_grading_meets_the_far_attention_cases() -> None:
+    from grader.checks.attention_cases import FAR, far_cases
+
+    seen: dict[str, list[int]] = {"seq_len": [], "block_size": [], "head_dim": [], "num_seqs": [], "width": []}
+    for seed in SEEDS:
+        cases = far_cases(seed)
+        assert max(max(c.seq_lens) for c in cases) >= FAR["seq_len"]
+        assert max(c.width for c in cases) >= FAR["num_blocks"]  # a table of 1,000 blocks and more
+        assert max(c.block_size for c in cases) > 1024 and max(c.head_dim for c in cases) > 128
+        assert max(len(c.seq_lens) for c in cases) >= FAR["num_seqs"]
+        seen["seq_len"].append(max(max(c.seq_lens) for c in cases))
+        seen["block_size"].append(max(c.block_size for c in cases))
+        seen["head_dim"].append(max(c.head_dim for c in cases))
+        seen["num_seqs"].append(max(len(c.seq_lens) for c in cases))
+        seen["width"].append(max(c.width for c in cases))
+    assert max(seen["block_size"]) == FAR["block_size"] and max(seen["head_dim"]) == FAR["head_dim"]  # the contract's largest, reached
+    # Thresholds from the seed (block_size and head_dim are the contract's largest one grading in two)
+    assert all(len(set(values)) > (2 if key in ("block_size", "head_dim") else 10) for key, values in seen.items()), {k: len(set(v)) for k, v in seen.items()}
+
+
+def test_far_attention_cases_are_cases_their_reproduction_writes_short() -> None:
+    from grader.checks.attention_cases import far_cases, make_inputs, setup_lines
+
+    for case in far_cases(3):
+        inputs = make_inputs(case)
+        assert inputs["block_tables"].shape == (len(case.seq_lens), case.width)
+        assert sum(len(code) for code, _, _ in setup_lines(case)) < 2000, case  # formulas, not lists of thousands of ids
+
+
+def test_every_grading_meets_the_far_reconstruction_examples() -> None:
+    widths, lengths, blocks, heads, pools = [], [], [], [], []
+    for seed in SEEDS:
+        examples = reconstruct_cases.far_examples(seed)
+        widths.append(max(len(ex.table) for ex in examples))
+        lengths.append(max(ex.seq_len for ex in examples))
+        blocks.append(max(ex.block_size for ex in examples))
+        heads.append(max(ex.head_dim for ex in examples))
+        pools.append(max(max(ex.table) for ex in examples))
+        for ex in examples:
+            assert ex.readable or ex.num_blocks * ex.block_size * ex.head_dim <= reconstruct_cases.FLAT_WRITE  # exact in float32
+            assert list(ex.table) != sorted(ex.table)  # never physical order
+    assert min(widths) >= reconstruct_cases.FAR["table"] and min(lengths) >= reconstruct_cases.FAR["seq_len"]
+    assert min(blocks) > 1024 and max(blocks) == reconstruct_cases.FAR["block_size"] and min(heads) > 128 and max(heads) == reconstruct_cases.FAR["head_dim"]
+    assert sum(p > 32767 for p in pools) > len(SEEDS) // 4  # ids past int16, often
+    assert len(set(widths)) > 10 and len(set(lengths)) > 10 and len(set(blocks)) > 2 and len(set(heads)) > 2
+
+
+def _reaches(strategy, condition) -> bool:
+    from hypothesis import find, settings
+
+    try:
+        find(strategy, condition, settings=settings(max_examples=2000, database=None))
+    except Exception:  # NoSuchExample
+        return False
+    return True
+
+
+@pytest.mark.slow
+def test_drawn_attention_cases_reach_each_drawn_maximum() -> None:
+    from grader.checks.attention_cases import DRAWN_MAX, cases
+
+    assert _reaches(cases(), lambda c: max(c.seq_lens) == DRAWN_MAX["seq_len"])
+    assert _reaches(cases(), lambda c: c.block_size == DRAWN_MAX["block_size"])
+    assert _reaches(cases(), lambda c: c.head_dim == DRAWN_MAX["head_dim"])
+    assert _reaches(cases(), lambda c: len(c.seq_lens) == DRAWN_MAX["num_seqs"])
+
+
+@pytest.mark.slow
+def test_drawn_reconstruction_examples_reach_each_drawn_maximum() -> None:
+    from grader.checks.reconstruct_cases import DRAWN_MAX, examples
+
+    assert _reaches(examples(0.7), lambda ex: ex.num_blocks == DRAWN_MAX["num_blocks"] and len(ex.table) > 100)
+    assert _reaches(examples(0.7), lambda ex: ex.block_size == DRAWN_MAX["block_size"])
+    assert _reaches(examples(0.7), lambda ex: ex.head_dim == DRAWN_MAX["head_dim"])
+    assert _reaches(examples(0.7, ordered=True), lambda ex: len(ex.table) > 1)
+    assert not _reaches(examples(0.7, ordered=True), lambda ex: list(ex.table) != sorted(ex.table))  # physical order only
+
+
+def test_drawn_allocator_pools_reach_hundreds_of_blocks_and_wide_heads() -> None:
+    assert _reaches(allocation.NUM_BLOCKS, lambda n: n == 600)
+    assert _reaches(allocation.HEAD_DIMS, lambda d: d == 256)
+    assert allocation._bounded(600, 4096, 256) == (16, 1)  # the pool tensor stays under POOL_SLOTS values
+    assert allocation._bounded(12, 1, 256) == (12, 256)
+
+
+def test_attention_base_corners_hold_an_empty_batch() -> None:
+    histories = attention_corners("todo5.mha_fp32")
+    empty = [c for h in histories for c in h if not c.seq_lens]
+    assert empty and not any(c.has(f) for c in empty for f in (GQA, PAGING, SCALE, LOW_PRECISION))
+    inputs = make_inputs(empty[0])
+    assert inputs["query"].shape == (0, empty[0].num_heads, empty[0].head_dim) and inputs["block_tables"].shape[0] == 0

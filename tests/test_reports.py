@@ -275,3 +275,41 @@ def test_grade_outside_github_actions_prints_no_workflow_commands(tmp_path: Path
     env = {k: v for k, v in os.environ.items() if k != "GITHUB_ACTIONS"}
     proc = subprocess.run([sys.executable, "-m", "grader", "grade", str(submission)], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     assert proc.returncode == 0 and "::" not in proc.stdout
+
+
+def _blocked_result() -> GradeResult:
+    from grader.checks.running import mark_blocked
+
+    def item(item_id: str, failure: Failure) -> ItemResult:
+        return ItemResult(item_id, "todo4", Text("题", "title"), 7.0, FAILED, failure)
+
+    order = item("todo4.table_order", Failure("wrong", Text("顺序错了", "read out of order"), repro="assert out_is_right", expected="rows 0..3", actual="rows 3..0"))
+    truncate = item("todo4.truncate", Failure("not_exercised", Text("只有 3/20 个", "only 3 of 20 random cases"), repro="witness"))
+    result = GradeResult(submission="s.py", sha256="0" * 64, config_digest="d", items=[order, truncate])
+    mark_blocked(result.items)
+    return result
+
+
+def test_an_item_another_one_blocks_says_which_and_shows_its_reproduction() -> None:
+    from grader.report import text
+
+    result = _blocked_result()
+    blocked = result.items[1]
+    assert blocked.blocked_by == "todo4.table_order" and result.items[0].blocked_by == ""
+    assert blocked.failure.repro == "assert out_is_right" and blocked.failure.actual == "rows 3..0"  # the blocking item's
+    assert "todo4.table_order" in blocked.failure.message.en and "todo4.table_order" in blocked.failure.message.zh
+    assert "only 3 of 20 random cases" in blocked.failure.message.en  # and why it could not be judged
+    for lang, said in (("en", "(blocked by todo4.table_order)"), ("zh", "（被 todo4.table_order 阻塞）")):
+        assert said in text.render(result, lang)
+        assert said in unescape(re.sub("<[^>]+>", "", MarkdownIt().render(markdown.render(result, lang))))
+        assert said in unescape(html.render(result, lang))
+    assert GradeResult.from_dict(result.to_dict()).items[1].blocked_by == "todo4.table_order"  # results.json keeps it
+
+
+def test_an_unexercised_item_with_no_failing_neighbour_is_not_blocked() -> None:
+    from grader.checks.running import mark_blocked
+
+    lone = ItemResult("todo2.ownership", "todo2", Text("题", "t"), 7.0, FAILED, Failure("not_exercised", Text("无", "never took a block")))
+    passed = ItemResult("todo2.block_count", "todo2", Text("题", "t"), 6.0, PASSED)
+    mark_blocked([passed, lone])
+    assert lone.blocked_by == "" and lone.failure.message.en == "never took a block"

@@ -14,6 +14,8 @@ prefill bug never costs TODO 3 points.
 from __future__ import annotations
 
 import functools
+import math
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +31,8 @@ from grader.results import Failure
 # Corner cases, as small programs (the form Pool.program records, so any example can be run
 # again): ("pool", num_blocks, block_size, head_dim), ("new", prompt_len, request_id),
 # ("prefill" | "decode" | "release", request index), ("place", request index, free-list
-# indices popped in order), ("permute", the free list's new order as indices).
+# indices popped in order), ("permute", the free list's new order as indices), ("other",
+# num_blocks, block_size, prompt_len, request_id): another manager and the TODO's call on it.
 Program = tuple[tuple[Any, ...], ...]
 
 
@@ -66,6 +69,9 @@ PREFILL_CORNERS: tuple[Program, ...] = (
     # block sizes 5 and 7 over bigger pools
     (("pool", 9, 5, 1), ("new", 11, 5), ("prefill", 0), ("new", 25, 9), ("prefill", 1), ("new", 10, 3), ("prefill", 2), ("new", 5, 4), ("prefill", 3)),
     (("pool", 3, 7, 1), ("new", 14, 0), ("prefill", 0), ("new", 8, 1), ("prefill", 1), ("new", 7, 1), ("prefill", 2)),
+    # another manager, its request with the same id, between two calls on this one: managers share nothing
+    (("pool", 4, 2, 1), ("new", 3, 0), ("prefill", 0), ("other", 3, 2, 5, 0), ("new", 4, 1), ("prefill", 1), ("other", 2, 4, 1, 1),
+     ("new", 1, 2), ("prefill", 2)),
 )
 
 DECODE_CORNERS: tuple[Program, ...] = (
@@ -93,7 +99,81 @@ DECODE_CORNERS: tuple[Program, ...] = (
     (("pool", 6, 2, 1), *_placed((2, 0, (1,))), ("permute", (3, 0, 4, 2, 1)), ("decode", 0), ("decode", 0), ("permute", (2, 0, 1, 3)),
      ("decode", 0), ("decode", 0), ("decode", 0)),
     (("pool", 4, 1, 2), *_placed((1, 0, (0,))), ("permute", (2, 0, 1)), ("decode", 0), ("decode", 0)),
+    # another manager, its request with the same id, between decodes on this one: managers share nothing
+    (("pool", 3, 2, 1), *_placed((2, 0, (1,))), ("other", 2, 2, 2, 0), ("decode", 0), ("other", 3, 1, 1, 0), ("decode", 0), ("decode", 0),
+     ("decode", 0)),
 )
+
+
+# -- far cases: every grading, pools of hundreds to thousands and of 100,000 blocks and more ----
+
+FAR_POOL = 100_000  # blocks a grading's largest pool has at least
+HUNDREDS = (100, 4096)  # a pool where an exact fit is taken whole (a watermark of 1% refuses it from 100 blocks)
+
+
+def far_programs(seed: int, todo: str) -> tuple[Program, ...]:
+    """Two programs drawn from the grading's seed: a pool of 100 to 4096 blocks where every free
+    block is taken at once (an exact fit), and a pool of 100,000 to 125,000 blocks, its free list
+    shuffled, where blocks with ids in the tens of thousands are handed out and the pool is
+    refused (prefill: far too many blocks asked; decode: the whole pool held).  Block sizes are
+    small there, so that the pool tensor stays small."""
+    rng = random.Random(f"allocation far cases {todo} {seed}")
+    hundreds = max(HUNDREDS[0], int(2 ** rng.uniform(math.log2(HUNDREDS[0]), math.log2(HUNDREDS[1]))))
+    huge = rng.randint(FAR_POOL, FAR_POOL * 5 // 4)
+    if todo == "TODO 2":
+        return _far_prefill_hundreds(rng, hundreds), _far_prefill_huge(rng, huge)
+    return _far_decode_hundreds(rng, hundreds), _far_decode_huge(rng, huge)
+
+
+def _affine(rng: random.Random, n: int) -> tuple[int, ...]:
+    """A shuffled order of n items that the reproduction writes as a formula, (a * i + b) % n; its
+    first item in the upper half (the first block handed out has an id past n / 2)."""
+    a = rng.randint(2, max(2, n - 1))
+    while math.gcd(a, n) != 1:
+        a += 1
+    b = rng.randrange(n // 2, n)
+    return tuple((a * i + b) % n for i in range(n))
+
+
+def _tokens(rng: random.Random, blocks: int, block_size: int) -> int:
+    """A prompt that needs exactly `blocks` blocks (its last one full or not)."""
+    return blocks * block_size - rng.randint(0, block_size - 1)
+
+
+def _far_prefill_hundreds(rng: random.Random, n: int) -> Program:
+    bs = rng.choice([1, 2, 3, 5, 8, 16])
+    first = rng.randint(1, n // 3)
+    return (("pool", n, bs, 1), ("new", _tokens(rng, first, bs), 0), ("prefill", 0),
+            ("new", _tokens(rng, n - first, bs), 1), ("prefill", 1),  # every free block: an exact fit
+            ("new", 1, 2), ("prefill", 2),  # an empty pool
+            ("release", 0), ("new", first * bs + 1, 3), ("prefill", 3),  # one block short
+            ("new", _tokens(rng, first, bs), 0), ("prefill", 4))  # an exact fit again, the id used again
+
+
+def _far_prefill_huge(rng: random.Random, n: int) -> Program:
+    bs = rng.choice([1, 2, 4])
+    # Four calls (each reads back the whole free list): blocks with ids anywhere in the pool,
+    # more than the whole pool (an OOM with every block free but a few), then blocks again.
+    return (("pool", n, bs, 1), ("permute", _affine(rng, n)),
+            ("new", _tokens(rng, rng.randint(4, 16), bs), 0), ("prefill", 0),
+            ("new", (n + 1) * bs, 1), ("prefill", 1),
+            ("new", _tokens(rng, rng.randint(2, 64), bs), 2), ("prefill", 2))
+
+
+def _far_decode_hundreds(rng: random.Random, n: int) -> Program:
+    bs = rng.choice([1, 2, 3, 5, 8])
+    # Every block but the last held, the request's last block full: the decode takes the last free block.
+    return (("pool", n, bs, 1), ("new", (n - 1) * bs, 0), ("place", None, (0,) * (n - 1)),
+            *(("decode", 0),) * (bs + 1),  # the last free block, decodes on a full pool, then an OOM
+            ("release", 0), ("new", 1, 0), ("place", None, (-1,)), ("decode", 1), ("decode", 1))
+
+
+def _far_decode_huge(rng: random.Random, n: int) -> Program:
+    bs = rng.choice([1, 2])
+    # The free list shuffled, every block but its first held, the request's last block full: the
+    # decode takes the one block left (its id anywhere in the pool), then the pool is full.
+    return (("pool", n, bs, 1), ("permute", _affine(rng, n)), ("new", (n - 1) * bs, 0), ("place", None, (-1,) * (n - 1)),
+            *(("decode", 0),) * (bs + 1))
 
 
 def run_program(ctx: ItemContext, program: Program, todo: str) -> None:
@@ -113,6 +193,8 @@ def run_program(ctx: ItemContext, program: Program, todo: str) -> None:
         elif op == "permute":
             if sorted(args[0]) == list(range(len(pool.free))):
                 pool.permute(list(args[0]))
+        elif op == "other":
+            pool.other_manager(*args)
         else:
             # A step that no longer applies (the submission's earlier steps left the request
             # holding blocks, or none) is left out, as the state machines' preconditions do.
@@ -140,6 +222,19 @@ BLOCK_SIZES = st.one_of(
 )
 
 
+# Pools of a few blocks most often (where a run of steps reaches a full pool), up to hundreds;
+# head_dim up to 256.  The pool tensor stays under POOL_SLOTS values (num_blocks and head_dim
+# are cut down where a large block size would pass it); far_programs go further.
+NUM_BLOCKS = st.one_of(st.integers(1, 12), st.integers(1, 12), st.integers(13, 600))
+HEAD_DIMS = st.sampled_from([1, 2, 3, 1, 2, 3, 64, 256])
+POOL_SLOTS = 2**16
+
+
+def _bounded(num_blocks: int, block_size: int, head_dim: int) -> tuple[int, int]:
+    num_blocks = max(1, min(num_blocks, POOL_SLOTS // block_size))
+    return num_blocks, max(1, min(head_dim, POOL_SLOTS // (num_blocks * block_size)))
+
+
 def draw_length(data: st.DataObject, block_size: int, blocks: int) -> int:
     """A prompt of about `blocks` blocks: on a boundary, one over, one under, or anywhere."""
     blocks = max(1, blocks)
@@ -150,6 +245,19 @@ def draw_length(data: st.DataObject, block_size: int, blocks: int) -> int:
         return data.draw(_ints(1, blocks * block_size), label="prompt_len")
     k = data.draw(_ints(1, blocks), label="blocks")
     return max(1, k * block_size + (0, 0, 1, -1)[kind])
+
+
+DRAWN_ONE_BY_ONE = 16  # a longer free list is reordered, or taken from, by a formula drawn whole
+
+
+def _order(data: st.DataObject, n: int) -> list[int]:
+    """A new order of n free blocks: any permutation for a few, an affine one, (a * i + b) % n, for many."""
+    if n <= DRAWN_ONE_BY_ONE:
+        return list(data.draw(st.permutations(range(n)), label="free list order"))
+    a, b = data.draw(_ints(1, n - 1), label="stride"), data.draw(_ints(0, n - 1), label="shift")
+    while math.gcd(a, n) != 1:
+        a += 1
+    return [(a * i + b) % n for i in range(n)]
 
 
 def _pick(data: st.DataObject, items: list[Any], label: str) -> Any:
@@ -179,8 +287,9 @@ def make_machine(ctx: ItemContext, todo: str) -> type[RuleBasedStateMachine]:
             self.pool: Pool | None = None
             ctx.begin(lambda c: run_program(c, tuple(self.pool.program) if self.pool else (), todo))  # the program as it is at replay
 
-        @initialize(num_blocks=st.integers(1, 12), block_size=BLOCK_SIZES, head_dim=st.sampled_from([1, 2, 3]))
+        @initialize(num_blocks=NUM_BLOCKS, block_size=BLOCK_SIZES, head_dim=HEAD_DIMS)
         def create(self, num_blocks: int, block_size: int, head_dim: int) -> None:
+            num_blocks, head_dim = _bounded(num_blocks, block_size, head_dim)
             self._do(lambda: setattr(self, "pool", Pool(ctx, todo, num_blocks, block_size, head_dim)))
 
         def _do(self, action: Callable[[], None]) -> None:
@@ -191,6 +300,15 @@ def make_machine(ctx: ItemContext, todo: str) -> type[RuleBasedStateMachine]:
 
         def _held(self) -> list[Req]:
             return self.pool.held() if self.pool else []
+
+        # What the submission did decides which rules can run: with no free block and no request
+        # holding one (a block leaked, a block the given code keeps back), none can.  Hypothesis
+        # needs one that can: this one, which does nothing.
+        # (TODO 2's prefill of a new request can always run.)
+        @precondition(lambda self: self.pool is None or (todo == "TODO 3" and not self.pool.free and not self._held()))
+        @rule()
+        def stuck(self) -> None:
+            pass
 
         @precondition(lambda self: bool(self._held()))
         @rule(data=st.data())
@@ -207,7 +325,8 @@ def make_machine(ctx: ItemContext, todo: str) -> type[RuleBasedStateMachine]:
                 pool = self.pool
                 if pool is None:
                     return
-                length = draw_length(data, pool.block_size, data.draw(_ints(1, len(pool.free)), label="blocks wanted"))
+                # An empty free list (a pool the given code keeps a block of) makes this an OOM.
+                length = draw_length(data, pool.block_size, data.draw(_ints(1, max(1, len(pool.free))), label="blocks wanted"))
                 req = pool.new_request(length, _request_id(data, pool))
                 self._do(lambda: pool.prefill(req))
 
@@ -238,8 +357,8 @@ def make_machine(ctx: ItemContext, todo: str) -> type[RuleBasedStateMachine]:
             @rule(data=st.data())
             def permute(self, data: st.DataObject) -> None:
                 assert self.pool is not None
-                order = data.draw(st.permutations(range(len(self.pool.free))), label="free list order")
-                self._do(lambda: self.pool.permute(list(order)))
+                order = _order(data, len(self.pool.free))
+                self._do(lambda: self.pool.permute(order))
 
             @precondition(lambda self: bool(self._again()))
             @rule(data=st.data())
@@ -259,7 +378,10 @@ def make_machine(ctx: ItemContext, todo: str) -> type[RuleBasedStateMachine]:
                 needed = pool.need(length)
                 if needed > len(pool.free):
                     return
-                indices = [data.draw(_ints(0, len(pool.free) - 1 - i), label="free index") for i in range(needed)]
+                if needed <= DRAWN_ONE_BY_ONE:
+                    indices = [data.draw(_ints(0, len(pool.free) - 1 - i), label="free index") for i in range(needed)]
+                else:  # many blocks: from the front or from the end of the free list (a draw per block costs more than the step)
+                    indices = [data.draw(st.sampled_from([0, -1]), label="free end")] * needed
                 req = pool.new_request(length, _request_id(data, pool))
                 self._do(lambda: pool.place(req, indices))
 
@@ -303,7 +425,7 @@ def check_machine(ctx: ItemContext) -> Failure | None:
     todo = "TODO 2" if ctx.item_id.startswith("todo2") else "TODO 3"
 
     def plan(run: ItemContext) -> tuple[list[Callable[[], None]], Explore]:
-        programs = PREFILL_CORNERS if todo == "TODO 2" else DECODE_CORNERS
+        programs = (*(PREFILL_CORNERS if todo == "TODO 2" else DECODE_CORNERS), *far_programs(run.seed(), todo))
         corners = [lambda program=program: run_program(run, program, todo) for program in programs]
 
         def explore(round_: int, examples: int) -> None:

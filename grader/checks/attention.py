@@ -22,9 +22,6 @@ from hypothesis import given, seed
 from grader.checks.arrays import Array, decode
 from grader.checks.attention_cases import (
     GQA,
-    LOW_PRECISION,
-    PAGING,
-    SCALE,
     Case,
     call_args,
     expected_line,
@@ -33,6 +30,7 @@ from grader.checks.attention_cases import (
     preamble,
     setup_lines,
 )
+from grader.checks.attention_corners import BASE, CUDA, FEATURE_OF, INPUTS, corners
 from grader.checks.base import Abort, ItemContext, Need, hypothesis_settings
 from grader.checks.dense import dense_attention, diagnose, tolerance
 from grader.checks.frame import tensor_digest
@@ -41,9 +39,7 @@ from grader.checks.script import Line, Script
 from grader.results import Failure
 
 LABEL = "TODO 5"
-BASE, INPUTS, CUDA = "todo5.mha_fp32", "todo5.inputs_unchanged", "todo5.cuda"
 PASSED = "todo5:right"  # calls whose result was right, whatever their features
-FEATURE_OF = {"todo5.gqa": GQA, "todo5.paging": PAGING, "todo5.scale_and_stability": SCALE, "todo5.low_precision": LOW_PRECISION}
 MIN_PASSED = 6
 
 
@@ -132,6 +128,8 @@ def judge(case: Case, inputs: dict[str, Array], value: dict) -> Verdict | None:
             f"{answer.dtype} on {out_device}",
             (shape_assert,),
         )
+    if not case.seq_lens:
+        return None  # a batch of no sequences: an empty tensor of the query's shape and dtype is the answer
     out = answer.values()
     values = {name: a.values() for name, a in inputs.items()}
     reference = dense_attention(values, case.scale)
@@ -200,21 +198,27 @@ def owners(ctx: ItemContext, history: list[Case], index: int, out: np.ndarray | 
     items that a right call with their feature still showed handled, and whether the call failed
     only for state kept from earlier calls.
 
-    Every item needs right values on its own cases: a feature's item owns a wrong call with its
-    feature unless the same call, with the feature kept and some other feature taken away, is
-    right (then the feature taken away is to blame, and that right call is evidence for the
-    kept one).  The base item owns what still fails with every feature off, and so does the
-    inputs item (it is paid for calls that are right and leave their inputs alone, so a mistake
-    no feature explains is its too).  So a wrong call that no ablation makes right belongs to
-    every item whose feature it has: no item is paid for output that is consistently wrong.
+    Every item needs right values on its own cases, and a wrong call costs only the items whose
+    property it breaks.  The base item owns a wrong call that is still wrong with every feature
+    off (its property, plain attention, is broken there); no feature item does, and the call
+    checks none of them (a feature cannot be judged where plain attention is wrong: its item
+    needs right calls of its own, and says what blocks it if it has too few).  Where the plain
+    call is right, a feature's item owns the wrong call unless the same call, with the feature
+    kept and some other feature taken away, is right (then the feature taken away is to blame,
+    and that right call is evidence for the kept one).  A wrong value is never the inputs
+    item's: it is paid for calls that are right and leave their inputs alone.  So a mistake of
+    one feature costs that item, one of plain attention costs the base item, and output wrong
+    everywhere leaves no item paid (the others are blocked by the base item's failure).
     """
     case = history[index]
     if ctx.focus == CUDA:
         return {CUDA}, set(), False
     # In a survey, an item that already failed needs no more evidence: its own run finds the
     # failure again.  (Ablations are fresh processes; they are most of a failing TODO 5's cost.)
-    candidates = [ctx.focus] if ctx.focus is not None else [i for i in (BASE, *FEATURE_OF, INPUTS) if i not in ctx.recorded]
-    if not candidates:
+    candidates = [ctx.focus] if ctx.focus is not None else [i for i in (BASE, *FEATURE_OF) if i not in ctx.recorded]
+    if not candidates or (ctx.focus is None and BASE in ctx.recorded):
+        # Plain attention failed already: a wrong call now is most likely its mistake again, and
+        # checks no feature; telling a feature's own mistake apart would cost an ablation a call.
         return set(), set(), False
     if (index or ctx.history) and _ablated(ctx, [case], 0, case).verdict is None:
         # Right when called alone in a fresh process: state kept from an earlier call (of this
@@ -229,14 +233,20 @@ def owners(ctx: ItemContext, history: list[Case], index: int, out: np.ndarray | 
 
     on = [feature for feature in FEATURE_OF.values() if case.has(feature)]
     shown: set[str] = set()
+    plain = case.plain()
+
+    def base_broken() -> bool:
+        """The same call with every feature off is wrong too (or this call has no feature)."""
+        return plain == case or not right(plain)
 
     def owns(item: str) -> bool:
-        if item in (BASE, INPUTS):
-            plain = case.plain()
-            if plain != case and right(plain):
-                shown.add(BASE)  # the plain case, right: evidence for the base item
-                return False
-            return True
+        if item == BASE:
+            if base_broken():
+                return True
+            shown.add(BASE)  # the plain case, right: evidence for the base item
+            return False
+        if base_broken():
+            return False
         feature = FEATURE_OF[item]
         kept = [_without(case, other, out) for other in on if other != feature]
         if len(on) > 2:
@@ -247,12 +257,14 @@ def owners(ctx: ItemContext, history: list[Case], index: int, out: np.ndarray | 
         return True
 
     features = [item for item, feature in FEATURE_OF.items() if feature in on]
-    concerned = [BASE, *features, INPUTS]
-    found = {item for item in candidates if item in concerned and owns(item)}
-    if not found and ctx.focus in (BASE, *features) and not any(owns(item) for item in (BASE, *features) if item != ctx.focus):
-        found = {ctx.focus}  # wrong, and no ablation puts the blame elsewhere
-    elif not found and ctx.focus is None and {BASE, *features} <= set(candidates):
-        found = set(features) or {BASE}
+    found = {item for item in candidates if item in (BASE, *features) and owns(item)}
+    if not found and not base_broken():
+        # Plain attention is right, and no single feature taken away makes the call right: the
+        # features together (in focus, the focused one, if the call has its feature).
+        if ctx.focus is None and set(features) <= set(candidates):
+            found = set(features)
+        elif ctx.focus in features and not any(owns(item) for item in features if item != ctx.focus):
+            found = {ctx.focus}
     return found, shown - found, False
 
 
@@ -273,7 +285,7 @@ def _only(case: Case, feature: str) -> Case:
 
 def _first_failing_member(case: Case, out: np.ndarray | None) -> int:
     """Which member of its group the first query head outside the tolerance is (0 if unknown)."""
-    if out is None:
+    if out is None or not case.seq_lens:
         return 0
     values = {name: array.values() for name, array in make_inputs(case).items()}
     reference = dense_attention(values, case.scale)
@@ -388,101 +400,17 @@ def _record_mutation(ctx: ItemContext, script: Script, changed: list[str]) -> No
     )
 
 
-# Corner cases per item: the feature alone, on the domain's edges; then with others.
-_PLAIN = Case()
-
-
-def corners(item_id: str, device: str = "cpu") -> list[list[Case]]:
-    r = replace
-    base = [
-        [r(_PLAIN, seq_lens=(1,), block_size=1, head_dim=1)],
-        [r(_PLAIN, seq_lens=(3, 2), block_size=2, head_dim=1, num_kv_heads=3)],  # head_dim 1, several heads
-        [r(_PLAIN, seq_lens=(7, 3), block_size=3, head_dim=5, index_dtype="int64")],
-        [r(_PLAIN, seq_lens=(16, 1, 9), block_size=16, head_dim=64)],
-        [r(_PLAIN, seq_lens=(10,), block_size=5, head_dim=3, num_kv_heads=2)],
-        [r(_PLAIN, seq_lens=(4, 8), block_size=4, head_dim=16)],
-        [r(_PLAIN, seq_lens=(5, 2), block_size=7, head_dim=8, salt=7), r(_PLAIN, seq_lens=(9,), block_size=2, head_dim=4, num_kv_heads=2, salt=9)],
-        [r(_PLAIN, seq_lens=(33,), block_size=33, head_dim=128, salt=3), r(_PLAIN, seq_lens=(3, 3), block_size=1, head_dim=2, salt=5)],
-        # a scale passed once must not stick: the next call leaves it to its default
-        [r(_PLAIN, seq_lens=(6,), block_size=2, scale=3.0, scale_style="keyword", salt=8), r(_PLAIN, seq_lens=(6,), block_size=2, salt=8)],
-        # the same shapes with other values: nothing may be cached from the first call
-        [r(_PLAIN, seq_lens=(5, 3), block_size=4, salt=21), r(_PLAIN, seq_lens=(5, 3), block_size=4, salt=22)],
-        # the same cache tensors written in place between two calls, as decode steps write them
-        [r(_PLAIN, seq_lens=(6, 2), block_size=4, salt=41), r(_PLAIN, seq_lens=(6, 2), block_size=4, salt=42, reuse_caches=True)],
-        [r(_PLAIN, seq_lens=(5,), block_size=2, dtype="float16", salt=43), r(_PLAIN, seq_lens=(5,), block_size=2, dtype="float16", salt=44, reuse_caches=True)],
-        # a long sequence
-        [r(_PLAIN, seq_lens=(300, 17), block_size=16, head_dim=8, salt=51)],
-    ]
-    extra = {
-        "todo5.gqa": [
-            [r(_PLAIN, seq_lens=(5,), block_size=2, num_kv_heads=1, group=2)],
-            [r(_PLAIN, seq_lens=(9, 4), block_size=3, num_kv_heads=2, group=3, head_dim=4)],
-            [r(_PLAIN, seq_lens=(8,), block_size=4, num_kv_heads=2, group=4)],
-            [r(_PLAIN, seq_lens=(6, 1), block_size=5, num_kv_heads=4, group=8, head_dim=4, index_dtype="int64")],
-            [r(_PLAIN, seq_lens=(3,), block_size=1, num_kv_heads=3, group=2, head_dim=6)],
-            [r(_PLAIN, seq_lens=(12,), block_size=4, num_kv_heads=2, group=2, dtype="float16")],
-            [r(_PLAIN, seq_lens=(7,), block_size=3, num_kv_heads=2, group=2, shuffle=5, padding=2, poison=True)],
-        ],
-        "todo5.paging": [
-            [r(_PLAIN, seq_lens=(1,), block_size=1, shuffle=3, padding=2, poison=True)],
-            [r(_PLAIN, seq_lens=(5, 2), block_size=3, shuffle=11, padding=1, poison=True)],
-            [r(_PLAIN, seq_lens=(8, 4), block_size=4, shuffle=2, padding=3, poison=True, index_dtype="int64")],
-            [r(_PLAIN, seq_lens=(7,), block_size=7, padding=2, poison=True)],
-            [r(_PLAIN, seq_lens=(11, 6, 1), block_size=5, shuffle=9, poison=True)],
-            [r(_PLAIN, seq_lens=(9, 3), block_size=2, shuffle=4, padding=1, poison=True, dtype="float16")],
-            [r(_PLAIN, seq_lens=(6, 10), block_size=4, shuffle=6, padding=2, poison=True, dtype="bfloat16")],
-            [r(_PLAIN, seq_lens=(5,), block_size=3, shuffle=8, padding=1, poison=True, num_kv_heads=2, group=2)],
-        ],
-        "todo5.scale_and_stability": [
-            [r(_PLAIN, seq_lens=(6,), block_size=4, scale=0.5, scale_style="keyword")],
-            [r(_PLAIN, seq_lens=(6,), block_size=4, scale=2.0, scale_style="positional")],
-            [r(_PLAIN, seq_lens=(9, 2), block_size=3, scale=0.05, scale_style="keyword", head_dim=16)],
-            [r(_PLAIN, seq_lens=(12,), block_size=4, boost=100.0, head_dim=32)],
-            # short sequences, logits in the hundreds: some heads have only very negative
-            # ones (a running max that starts at 0 underflows every exp to 0 there)
-            [r(_PLAIN, seq_lens=(1, 2, 1, 1, 3), block_size=2, boost=100.0, head_dim=32, num_kv_heads=2)],
-            [r(_PLAIN, seq_lens=(20, 3), block_size=5, boost=30.0, scale=1.0, scale_style="keyword", head_dim=16)],
-            [r(_PLAIN, seq_lens=(8,), block_size=2, scale=0.3, scale_style="positional", dtype="float16")],
-            [r(_PLAIN, seq_lens=(4,), block_size=4, salt=4), r(_PLAIN, seq_lens=(4,), block_size=4, scale=0.5, scale_style="keyword", salt=4)],
-        ],
-        "todo5.low_precision": [
-            [r(_PLAIN, seq_lens=(7,), block_size=3, dtype="float16")],
-            [r(_PLAIN, seq_lens=(7,), block_size=3, dtype="bfloat16")],
-            [r(_PLAIN, seq_lens=(40, 5), block_size=8, dtype="float16", head_dim=32)],
-            [r(_PLAIN, seq_lens=(40, 5), block_size=8, dtype="bfloat16", head_dim=32)],
-            [r(_PLAIN, seq_lens=(5, 3), block_size=2, dtype="float16", shuffle=3, padding=2, poison=True)],
-            [r(_PLAIN, seq_lens=(5, 3), block_size=2, dtype="bfloat16", shuffle=3, padding=2, poison=True)],
-            [r(_PLAIN, seq_lens=(9,), block_size=4, dtype="bfloat16", num_kv_heads=2, group=2, index_dtype="int64")],
-            # hundreds of tokens summing to about 1: a sum carried in bfloat16 stops growing
-            [r(_PLAIN, seq_lens=(512,), block_size=1, head_dim=8, dtype="bfloat16", offset=1.0, salt=61)],
-            [r(_PLAIN, seq_lens=(400, 37), block_size=2, head_dim=16, dtype="bfloat16", offset=1.0, salt=62)],
-            [r(_PLAIN, seq_lens=(300,), block_size=3, head_dim=8, dtype="float16", offset=1.0, salt=63)],
-        ],
-    }
-    if item_id == INPUTS:
-        every = [cs for group in extra.values() for cs in group[:2]]
-        return [*base[:3], next(h for h in base if len(h) > 1), *every]
-    if item_id == "todo5.cuda":
-        chosen = [*base[:4], *(cs for group in extra.values() for cs in group[:2])]
-        return [[_on(c, device) for c in cs] for cs in chosen]
-    return base if item_id == BASE else extra[item_id]
-
-
-def _on(case: Case, device: str) -> Case:
-    return replace(case, device=device)
-
-
 SURVEYED = (BASE, *FEATURE_OF, INPUTS)
 
 
 def plan(run: ItemContext) -> tuple[list[Callable[[], None]], Explore]:
     device = "cuda" if run.focus == CUDA else "cpu"
     if run.focus is None:
-        histories_ = [h for item in SURVEYED for h in corners(item)]
+        histories_ = [h for item in SURVEYED for h in corners(item, seed=run.seed())]
         unique = list(dict.fromkeys(tuple(h) for h in histories_))
         chosen = [list(h) for h in unique]
     else:
-        chosen = corners(run.focus, device)
+        chosen = corners(run.focus, device, run.seed())
 
     def explore(round_: int, count: int) -> None:
         force, avoid = FEATURE_OF.get(run.focus or ""), frozenset[str]()

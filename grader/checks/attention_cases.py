@@ -5,7 +5,15 @@ sequences, any head_dim, any positive block_size, query heads a multiple of the 
 seq_lens from 1 up, block tables in any physical order and wider than needed (padding entries
 name other blocks, NaN-filled or another sequence's), NaN in every slot no sequence reads,
 float32 / float16 / bfloat16, int32 or int64 index tensors, scale left to its default or
-passed by keyword or position, and logits from small to hundreds.
+passed by keyword or position, and logits from small to hundreds.  An empty batch returns an
+empty [0, num_heads, head_dim] tensor of the query's dtype.
+
+Sizes reach across orders of magnitude: hypothesis draws a size class per call (small most
+often; long sequences, large blocks, wide heads, many sequences now and then), and every
+grading adds one case per size far past those (`far_cases`): 32k tokens and more, thousands
+of blocks, block_size to 4096, head_dim to 256, dozens of sequences, each size drawn from the
+grading's seed, so that no threshold is safe to special-case.  A large case's layout (its
+physical block order, its tables) is written as a formula, so its reproduction stays short.
 
 Features, each owned by one rubric item, can be switched off (`ablate`): when a case fails,
 the item that owns a feature takes the failure only if the same case without that feature
@@ -14,8 +22,12 @@ passes (the base item takes it when the case with every feature off still fails)
 
 from __future__ import annotations
 
+import functools
 import math
+import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 from hypothesis import strategies as st
@@ -27,6 +39,7 @@ GQA, PAGING, SCALE, LOW_PRECISION = "gqa", "paging", "scale", "low_precision"
 FEATURES = (GQA, PAGING, SCALE, LOW_PRECISION)
 INPUT_NAMES = ("query", "key_cache", "value_cache", "block_tables", "seq_lens")
 MAX_GROUP = 8  # query heads are drawn for 8 per KV head and the first `group` kept
+WRITTEN_OUT = 64  # blocks: up to here a case's layout is written out in full; past it, as a formula
 
 
 @dataclass(frozen=True)
@@ -63,17 +76,53 @@ class Case:
         return 1 + self.padding  # blocks no sequence reads (at least one)
 
     @property
-    def num_blocks(self) -> int:
-        return sum(self.needs) + self.spare
+    def used(self) -> int:
+        """Blocks the sequences read, all together (logical blocks 0 to used - 1, sequence by sequence)."""
+        return sum(self.needs)
 
     @property
+    def num_blocks(self) -> int:
+        return self.used + self.spare
+
+    @property
+    def width(self) -> int:
+        """Columns of the block tables (one at least, for an empty batch too)."""
+        return max([*self.needs, 1]) + self.padding
+
+    @property
+    def compact(self) -> bool:
+        """A large case: its layout is a formula (`order`, `tables`), and so is its reproduction's."""
+        return self.num_blocks > WRITTEN_OUT or len(self.seq_lens) > 8
+
+    @property
+    def starts(self) -> list[int]:
+        """Each sequence's first logical block."""
+        starts, start = [], 0
+        for need in self.needs:
+            starts.append(start)
+            start += need
+        return starts
+
+    @property
+    def stride(self) -> int:
+        """A large case's permutation: logical block l lies at (stride * l + shift) % num_blocks."""
+        n = self.num_blocks
+        a = 2 + self.shuffle % max(1, n - 2)
+        while math.gcd(a, n) != 1:
+            a += 1
+        return a
+
+    @functools.cached_property
     def order(self) -> list[int]:
         """Where each logical block lies: the sequences' blocks in turn, then the spare ones."""
         if not self.shuffle:
             return list(range(self.num_blocks))
+        if self.compact:
+            n, a, b = self.num_blocks, self.stride, (self.shuffle * 7919) % self.num_blocks
+            return [(a * logical + b) % n for logical in range(n)]
         return [int(b) for b in np.random.default_rng(self.shuffle).permutation(self.num_blocks)]
 
-    @property
+    @functools.cached_property
     def holds(self) -> list[int]:
         """The logical block each physical block holds (the inverse of `order`)."""
         inverse = [0] * self.num_blocks
@@ -81,22 +130,27 @@ class Case:
             inverse[physical] = logical
         return inverse
 
-    @property
+    @functools.cached_property
     def tables(self) -> list[list[int]]:
-        """Each sequence's blocks, then padding entries: spare blocks or other sequences' blocks."""
+        """Each sequence's blocks, then padding entries: spare blocks or other sequences' blocks.
+
+        A large case's row i is order[(starts[i] + j) % used] for every column j: its own blocks,
+        then the next sequences' (a formula its reproduction writes in one line)."""
         order = self.order
-        width = max(self.needs) + self.padding
+        if self.compact:
+            used = max(1, self.used)
+            return [[order[(start + j) % used] for j in range(self.width)] for start in self.starts]
         rows, start = [], 0
-        spares = order[sum(self.needs) :]
+        spares = order[self.used :]
         for i, need in enumerate(self.needs):
             row = order[start : start + need]
             start += need
-            for j in range(width - need):
+            for j in range(self.width - need):
                 # Alternate: a NaN-filled spare block, or a block another sequence really uses.
                 if j % 2 == 0 or len(self.needs) == 1:
                     row.append(spares[(i + j) % len(spares)])
                 else:
-                    row.append(order[(start + j) % sum(self.needs)])
+                    row.append(order[(start + j) % self.used])
             rows.append(row)
         return rows
 
@@ -150,7 +204,7 @@ def make_inputs(case: Case) -> dict[str, Array]:
         "query": from_float32(query, case.dtype),
         "key_cache": from_float32(key_cache, case.dtype),
         "value_cache": from_float32(value_cache, case.dtype),
-        "block_tables": Array(np.array(case.tables, dtype=index), case.index_dtype),
+        "block_tables": Array(np.array(case.tables, dtype=index).reshape(num_seqs, case.width), case.index_dtype),
         "seq_lens": Array(np.array(case.seq_lens, dtype=index), case.index_dtype),
     }
 
@@ -173,12 +227,14 @@ def setup_lines(case: Case) -> list[Commented]:
     kv = (case.num_blocks, case.block_size, case.num_kv_heads, case.head_dim)
     n = len(case.seq_lens)
     boost = f" * {case.boost:g}" if case.boost != 1.0 else ""
-    where = "" if not case.shuffle else f"[{case.holds}]"
     lines: list[Commented] = [
         (f"query = (fill({(n, case.num_kv_heads, MAX_GROUP, case.head_dim)}, {case.salt})[:, :, {case.member or ''}:{case.member + case.group}].reshape({n}, {case.num_heads}, {case.head_dim}){boost}).to({dt})", "", ""),
         (f"keys, values = fill({kv}, {case.salt + 1}), fill({kv}, {case.salt + 2}){f' + {case.offset:g}' if case.offset else ''}", "logical order: sequence 0's blocks, then sequence 1's, ...", "逻辑顺序：先是序列 0 的块，再是序列 1 的，……"),
-        (f"key_cache, value_cache = keys{where}.to({dt}), values{where}.to({dt})", *(("the blocks in shuffled physical order", "块按打乱的物理顺序存放") if where else ("", ""))),
     ]
+    if case.compact:
+        return lines + _compact_lines(case, dt)
+    where = "" if not case.shuffle else f"[{case.holds}]"
+    lines.append((f"key_cache, value_cache = keys{where}.to({dt}), values{where}.to({dt})", *(("the blocks in shuffled physical order", "块按打乱的物理顺序存放") if where else ("", ""))))
     if case.reuse_caches:
         lines[-1] = (
             f"key_cache.copy_(keys{where}.to({dt})); value_cache.copy_(values{where}.to({dt}))",
@@ -191,11 +247,45 @@ def setup_lines(case: Case) -> list[Commented]:
             if n_ % case.block_size:
                 slot = f"{row[(n_ - 1) // case.block_size]}, {n_ % case.block_size}:"
                 lines.append((f"key_cache[{slot}] = value_cache[{slot}] = float('nan')", "unused tail slots", "未使用的尾部槽位"))
-    lines.append((f"block_tables = torch.tensor({case.tables}, dtype=torch.{case.index_dtype})", "", ""))
+    if n:
+        lines.append((f"block_tables = torch.tensor({case.tables}, dtype=torch.{case.index_dtype})", "", ""))
+        lines.append((f"seq_lens = torch.tensor({list(case.seq_lens)}, dtype=torch.{case.index_dtype})", "", ""))
+    else:
+        lines.append((f"block_tables = torch.zeros((0, {case.width}), dtype=torch.{case.index_dtype})", "a batch of no sequences", "一个序列也没有的批"))
+        lines.append((f"seq_lens = torch.zeros(0, dtype=torch.{case.index_dtype})", "", ""))
+    return lines + _to_device(case)
+
+
+def _compact_lines(case: Case, dt: str) -> list[Commented]:
+    """A large case's layout as formulas: the physical order, the tables, the NaN slots."""
+    bs, used = case.block_size, max(1, case.used)
+    if case.shuffle:
+        shift = case.order[0]
+        lines: list[Commented] = [(f"order = ({case.stride} * torch.arange({case.num_blocks}) + {shift}) % {case.num_blocks}",
+                                   "the physical block of each logical block (shuffled)", "每个逻辑块所在的物理块（打乱的）")]
+    else:
+        lines = [(f"order = torch.arange({case.num_blocks})", "the physical block of each logical block", "每个逻辑块所在的物理块")]
+    if case.reuse_caches:
+        lines.append((f"key_cache.copy_(keys[order.argsort()].to({dt})); value_cache.copy_(values[order.argsort()].to({dt}))",
+                      "the same cache tensors, written in place, as a decode step writes them", "同一组缓存张量，就地写入（如同一次 decode）"))
+    else:
+        lines.append((f"key_cache, value_cache = keys[order.argsort()].to({dt}), values[order.argsort()].to({dt})", "", ""))
+    lines.append((f"block_tables = order[(torch.tensor({case.starts})[:, None] + torch.arange({case.width})) % {used}].to(torch.{case.index_dtype})",
+                  "row i: its own blocks, then the next sequences' (padding)", "第 i 行：自己的块，然后是后面序列的块（多余表项）"))
     lines.append((f"seq_lens = torch.tensor({list(case.seq_lens)}, dtype=torch.{case.index_dtype})", "", ""))
-    if case.device != "cpu":
-        lines.append((f"query, key_cache, value_cache, block_tables, seq_lens = (t.to('{case.device}') for t in (query, key_cache, value_cache, block_tables, seq_lens))", "", ""))
-    return lines
+    if case.poison:
+        lines += [
+            (f"key_cache[order[{case.used}:]] = value_cache[order[{case.used}:]] = float('nan')", "blocks no sequence reads", "没有序列读取的块"),
+            (f"for row, n in ((row, n) for row, n in zip(block_tables.tolist(), seq_lens.tolist()) if n % {bs}):", "unused tail slots", "未使用的尾部槽位"),
+            (f"    key_cache[row[(n - 1) // {bs}], n % {bs}:] = value_cache[row[(n - 1) // {bs}], n % {bs}:] = float('nan')", "", ""),
+        ]
+    return lines + _to_device(case)
+
+
+def _to_device(case: Case) -> list[Commented]:
+    if case.device == "cpu":
+        return []
+    return [(f"query, key_cache, value_cache, block_tables, seq_lens = (t.to('{case.device}') for t in (query, key_cache, value_cache, block_tables, seq_lens))", "", "")]
 
 
 def preamble(dense: bool) -> list[Commented]:
@@ -219,6 +309,8 @@ def expected_line(case: Case) -> Commented:
     for n, need in zip(case.seq_lens, case.needs, strict=True):
         spans.append((start * case.block_size, n))
         start += need
+    if not case.seq_lens:
+        return (f"expected = torch.zeros(0, {case.num_heads}, {case.head_dim}, dtype=torch.float64)", "no sequences, no rows", "没有序列，就没有行")
     return (
         "expected = torch.stack([attend(query[i].double().cpu(), keys.flatten(0, 1)[a:a + n].double(), "
         f"values.flatten(0, 1)[a:a + n].double(), {scale!r}) for i, (a, n) in enumerate({spans})])",
@@ -230,6 +322,49 @@ def expected_line(case: Case) -> Commented:
 # -- strategies ---------------------------------------------------------------------------
 
 _lengths = st.one_of(st.just(1), st.integers(1, 64), st.integers(65, 512))
+_block_sizes = st.one_of(st.sampled_from([1, 2, 3, 4, 5, 7, 8, 16]), st.integers(1, 33))
+_head_dims = st.one_of(st.sampled_from([1, 2, 4, 8, 16, 32, 64, 128]), st.integers(1, 40))
+
+# What a drawn call's sizes look like: small most often; now and then one size far out, the
+# others kept small so that the tensors stay a few MB (far_cases goes further still).
+SMALL, LONG, BIG_BLOCK, WIDE_HEAD, MANY = "small", "long", "big block", "wide head", "many sequences"
+SIZE_CLASSES = (SMALL,) * 8 + (LONG, BIG_BLOCK, WIDE_HEAD, MANY)
+DRAWN_MAX = {"seq_len": 4096, "block_size": 4096, "head_dim": 256, "num_seqs": 48}  # the ends hypothesis draws up to
+
+
+def _sizes(draw: st.DrawFn) -> tuple[int, list[int], int, int]:
+    """(block_size, seq_lens, head_dim, num_kv_heads) of one size class."""
+    size = draw(st.sampled_from(SIZE_CLASSES), label="size class")
+    head_dim = draw(_head_dims, label="head_dim")
+    kv_heads = draw(st.sampled_from([1, 2, 3, 4]), label="num_kv_heads")
+    num_seqs = draw(st.integers(1, 4), label="num_seqs")
+    lengths = _lengths
+    if size == LONG:
+        block_size = draw(st.one_of(_block_sizes, st.integers(34, 64)), label="block_size")
+        lengths = st.one_of(st.integers(513, DRAWN_MAX["seq_len"]), st.just(DRAWN_MAX["seq_len"]))
+        head_dim, kv_heads, num_seqs = min(head_dim, 16), min(kv_heads, 2), min(num_seqs, 2)
+    elif size == BIG_BLOCK:
+        block_size = draw(st.one_of(st.integers(34, DRAWN_MAX["block_size"]), st.sampled_from([2048, 2049, 4095, DRAWN_MAX["block_size"]])), label="block_size")
+        lengths = st.integers(1, 2 * block_size + 1)
+        head_dim, kv_heads, num_seqs = min(head_dim, 8), min(kv_heads, 2), min(num_seqs, 2)
+    elif size == WIDE_HEAD:
+        block_size = draw(_block_sizes, label="block_size")
+        head_dim = draw(st.one_of(st.integers(129, DRAWN_MAX["head_dim"]), st.just(DRAWN_MAX["head_dim"])), label="head_dim")
+        lengths = st.integers(1, 64)
+    elif size == MANY:
+        block_size = draw(_block_sizes, label="block_size")
+        num_seqs = draw(st.one_of(st.integers(5, DRAWN_MAX["num_seqs"]), st.just(DRAWN_MAX["num_seqs"])), label="num_seqs")
+        lengths = st.integers(1, 64)
+        head_dim, kv_heads = min(head_dim, 16), min(kv_heads, 2)
+    else:
+        block_size = draw(_block_sizes, label="block_size")
+    seq_lens = []
+    for _ in range(num_seqs):
+        if draw(st.booleans(), label="on a block boundary"):
+            seq_lens.append(block_size * draw(st.integers(1, max(1, 64 // block_size)), label="blocks"))
+        else:
+            seq_lens.append(draw(lengths, label="seq_len"))
+    return block_size, seq_lens, head_dim, kv_heads
 
 
 @st.composite
@@ -240,41 +375,109 @@ def cases(draw: st.DrawFn, force: str | None = None, device: str = "cpu", avoid:
         # Each feature on three times in four: every feature item needs its own random cases.
         return force == feature or (feature not in avoid and draw(st.integers(0, 3), label=f"{feature} on") > 0)
 
-    block_size = draw(st.one_of(st.sampled_from([1, 2, 3, 4, 5, 7, 8, 16]), st.integers(1, 33)), label="block_size")
-    num_seqs = draw(st.integers(1, 4), label="num_seqs")
-    seq_lens = []
-    for _ in range(num_seqs):
-        if draw(st.booleans(), label="on a block boundary"):
-            seq_lens.append(block_size * draw(st.integers(1, max(1, 64 // block_size)), label="blocks"))
-        else:
-            seq_lens.append(draw(_lengths, label="seq_len"))
-    head_dim = draw(st.one_of(st.sampled_from([1, 2, 4, 8, 16, 32, 64, 128]), st.integers(1, 40)), label="head_dim")
+    block_size, seq_lens, head_dim, kv_heads = _sizes(draw)
     case = Case(
         seq_lens=tuple(seq_lens),
         block_size=block_size,
         head_dim=head_dim,
-        num_kv_heads=draw(st.sampled_from([1, 2, 3, 4]), label="num_kv_heads"),
+        num_kv_heads=kv_heads,
         index_dtype=draw(st.sampled_from(["int32", "int64"]), label="index dtype"),
         salt=draw(st.integers(1, 2**20), label="salt"),
         device=device,
         offset=draw(st.sampled_from([0.0, 1.0]), label="value offset"),
     )
+    return _with_features(case, on, lambda label, options: draw(st.sampled_from(options), label=label),
+                          lambda label, low, high: draw(st.integers(low, high), label=label))
+
+
+Pick = Callable[[str, Sequence[Any]], Any]  # (label, options) -> one of them
+Number = Callable[[str, int, int], int]  # (label, low, high) -> an int in [low, high]
+
+
+def _with_features(case: Case, on: Callable[[str], bool], pick: Pick, number: Number) -> Case:
+    """The case with each feature `on` says, its settings from `pick` and `number`."""
     if on(GQA):
-        case = replace(case, group=draw(st.sampled_from([2, 3, 4, MAX_GROUP]), label="group"))
+        case = replace(case, group=pick("group", [2, 3, 4, MAX_GROUP]))
     if on(PAGING):
-        case = replace(case, shuffle=draw(st.integers(1, 2**16), label="shuffle"), padding=draw(st.integers(0, 3), label="padding"), poison=True)
+        case = replace(case, shuffle=number("shuffle", 1, 2**16), padding=number("padding", 0, 3), poison=True)
     if on(LOW_PRECISION):
-        case = replace(case, dtype=draw(st.sampled_from(["float16", "bfloat16"]), label="dtype"))
+        case = replace(case, dtype=pick("dtype", ["float16", "bfloat16"]))
     if on(SCALE):
-        style = draw(st.sampled_from(["keyword", "positional"]), label="scale style")
-        scale = draw(st.sampled_from([0.05, 0.3, 1.0, 2.0, round(1 / math.sqrt(head_dim), 6)]), label="scale")
+        style = pick("scale style", ["keyword", "positional"])
+        scale = pick("scale", [0.05, 0.3, 1.0, 2.0, round(1 / math.sqrt(case.head_dim), 6)])
         # Logits in the hundreds test the softmax's stability in float32.  Not in float16 or
         # bfloat16: there a computation in the dtype itself (accepted: dense.tolerance) rounds
         # such a logit by 0.05 to 0.5, as rounding its inputs to the dtype would move it, and a
         # tolerance wide enough for that would pass almost anything.
         boosts = [1.0, 30.0, 100.0, -100.0] if case.dtype == "float32" else [1.0]
-        case = replace(case, scale=scale, scale_style=style, boost=draw(st.sampled_from(boosts), label="boost"))
+        case = replace(case, scale=scale, scale_style=style, boost=pick("boost", boosts))
     return case
+
+
+# -- far cases: one per size, every grading, its sizes from the grading's seed ------------------
+
+FAR = {"seq_len": 32768, "num_blocks": 1000, "block_size": 4096, "head_dim": 256, "num_seqs": 24}  # what each reaches at least (block_size, head_dim: at most)
+
+
+@functools.lru_cache(maxsize=8)
+def far_cases(seed: int, device: str = "cpu") -> tuple[Case, ...]:
+    """Four calls, each one size far out: a sequence of 32k to 80k tokens over thousands of blocks;
+    blocks of 1025 to 4096 slots (4096 itself one grading in two), the first sequence one token
+    over a multiple of the block; heads of 129 to 256 dims (256 one in two); 24 to 80 sequences.
+    The other sizes stay small.  Features are drawn too: every one for the last two; GQA and
+    paging for the first two, whose last token must count (`_salient`): in float32 at the
+    default scale, with the salt among eight that gives that token the most weight."""
+    rng = random.Random(f"attention far cases {seed}")
+
+    def on(feature: str) -> bool:
+        return rng.random() < 0.5
+
+    def on_layout(feature: str) -> bool:
+        return feature in (GQA, PAGING) and rng.random() < 0.5
+
+    def pick(label: str, options: Sequence[Any]) -> Any:
+        return rng.choice(options)
+
+    def number(label: str, low: int, high: int) -> int:
+        return rng.randint(low, high)
+
+    salt = rng.randint(1, 2**20)
+    long_len = int(2 ** rng.uniform(15, 16.3))
+    long = Case(seq_lens=(long_len, rng.randint(1, 300))[: rng.randint(1, 2)], block_size=rng.randint(8, 32), head_dim=rng.choice([1, 2, 4, 8, 16]),
+                num_kv_heads=rng.choice([1, 2]), index_dtype=rng.choice(["int32", "int64"]), device=device)
+    block = rng.choice([4096, 4096, 4095, rng.randint(1025, 4096)])
+    # The first sequence one token over a multiple of the block (int(n / block_size + 0.999) is short there).
+    lengths = (block * rng.randint(1, 2) + 1, *(rng.randint(1, 3 * block) for _ in range(rng.randint(0, 2))))
+    big_block = Case(seq_lens=lengths, block_size=block, head_dim=rng.randint(1, 8), num_kv_heads=rng.choice([1, 2]), device=device)
+    wide = Case(seq_lens=tuple(rng.randint(1, 160) for _ in range(rng.randint(1, 3))), block_size=rng.randint(1, 33),
+                head_dim=rng.choice([256, 256, rng.randint(129, 256)]), num_kv_heads=rng.randint(1, 4), salt=salt + 2, device=device)
+    many_bs = rng.randint(1, 16)
+    many = Case(seq_lens=tuple(rng.choice([rng.randint(1, 300), many_bs * rng.randint(1, 8)]) for _ in range(rng.randint(24, 80))),
+                block_size=many_bs, head_dim=rng.choice([2, 4, 8, 16, 32]), num_kv_heads=rng.choice([1, 2]), salt=salt + 3, device=device)
+    salient = [_salient(_with_features(case, on_layout, pick, number), [rng.randint(1, 2**20) for _ in range(8)]) for case in (long, big_block)]
+    return (*salient, *(_with_features(case, on, pick, number) for case in (wide, many)))
+
+
+def _salient(case: Case, salts: list[int]) -> Case:
+    """The case with the salt that gives its first sequence's last token the most weight (in the
+    query head where it weighs most): leaving out the last token, or a few, shows there even
+    among 80,000 tokens, where one token of about equal weight would be under the tolerance."""
+    n = case.seq_lens[0]
+    best, best_weight = salts[0], -1.0
+    for salt in salts:
+        query = fill((1, case.num_kv_heads, MAX_GROUP, case.head_dim), salt)[0, :, case.member : case.member + case.group]  # [kv, g, d]
+        keys = _prefix(n * case.num_kv_heads * case.head_dim, salt + 1).reshape(n, case.num_kv_heads, case.head_dim)
+        logits = np.einsum("kgd,nkd->kgn", query, keys) / math.sqrt(case.head_dim)
+        weights = np.exp(logits - logits.max(axis=2, keepdims=True))
+        weight = float((weights[:, :, -1] / weights.sum(axis=2)).max())
+        if weight > best_weight:
+            best, best_weight = salt, weight
+    return replace(case, salt=best)
+
+
+def _prefix(count: int, salt: int) -> np.ndarray:
+    """The first `count` values `fill` gives any shape with this salt (it numbers values in order)."""
+    return fill((count,), salt)
 
 
 def histories(force: str | None = None, device: str = "cpu", avoid: frozenset[str] = frozenset()) -> st.SearchStrategy[list[Case]]:

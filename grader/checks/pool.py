@@ -38,7 +38,7 @@ from typing import Any
 
 from grader.checks.base import Inconclusive, ItemContext, raised, student_error
 from grader.checks.frame import SharedPool
-from grader.checks.pool_state import ContractState, State
+from grader.checks.pool_state import ContractState, Listed, State
 from grader.checks.script import Line, Script
 
 PROPS = {
@@ -46,6 +46,7 @@ PROPS = {
     "decode": {"count": "todo3.growth", "own": "todo3.ownership", "oom": "todo3.oom_rollback"},
 }
 Assert = tuple[str, ...]  # (condition, f-string message in English[, in Chinese])
+PICTURED = 256  # blocks: a larger pool gets no picture (a report draws none that large)
 
 
 @dataclass
@@ -154,7 +155,8 @@ class Pool(ContractState):
         self._finish(o.start, [Line(o.capture), *(call or [Line(o.step)])])
         for check in asserts:
             self.script.expect(*check)
-        picture = {"kind": "pool", "num_blocks": self.num_blocks, "step": o.step, "before": o.before.picture(), "after": o.after.picture(), "highlight": sorted(set(highlight))}
+        picture = None if self.num_blocks > PICTURED else {
+            "kind": "pool", "num_blocks": self.num_blocks, "step": o.step, "before": o.before.picture(), "after": o.after.picture(), "highlight": sorted(set(highlight))}
         raise self.ctx.fail("wrong", zh, en, expected=expected, actual=actual, picture=picture)
 
     def _missed(self, key: str, o: Outcome, asserts: list[Assert], call: list[Line] | None = None) -> None:
@@ -216,6 +218,46 @@ class Pool(ContractState):
             capture += f"\nothers_before = [(r.seq_len, list(r.block_table)) for r in {self._others(req)}]"
         return Outcome(step, start, capture, before, after, req, others), reply
 
+    def other_manager(self, num_blocks: int, block_size: int, prompt_len: int, request_id: int) -> None:
+        """Another manager with a request of its own, and the TODO's call on it: nothing of this
+        manager may change (managers share no state), and what this one does next must not
+        depend on it (the later steps check that)."""
+        self.program.append(("other", num_blocks, block_size, prompt_len, request_id))
+        method = "allocate_for_prefill" if self.todo == "TODO 2" else "allocate_for_decode"
+        step = f"m_other.{method}(other)"
+        before = self._state()
+        self.script.add(f"m_other = KVCacheManager(num_blocks={num_blocks}, block_size={block_size}, head_dim=1)",
+                        "another manager, with a request of its own: nothing it does may change m", "另一个管理器及其请求：它做的任何事都不能改变 m")
+        self.script.add(f"other = Request(request_id={request_id}, prompt_len={prompt_len})")
+        made = self.ctx.call("new", cls="KVCacheManager", kwargs={"num_blocks": num_blocks, "block_size": block_size, "head_dim": 1})
+        other = self.ctx.call("new", cls="Request", kwargs={"request_id": request_id, "prompt_len": prompt_len})
+        if not (made.ok and other.ok):
+            raise Inconclusive("another manager could not be made")
+        if self.todo == "TODO 3":
+            count = min(num_blocks, math.ceil(prompt_len / block_size))
+            self.script.add(f"other.block_table = [m_other.free_blocks.pop(0) for _ in range({count})]")
+            if not self.ctx.call("place", manager=made.value, request=other.value, indices=[0] * count).ok:
+                raise Inconclusive("another manager's request could not be set up")
+        start = len(self.script.lines)
+        call = self._guarded(step, "Exception", "whatever it does there", "无论它在那里做什么")
+        self.script.lines.extend(call)
+        reply = self._call("method", target=made.value, name=method, args=[other.value])
+        after = self._observe(reply, step)
+        if after.free != before.free or after.requests != before.requests:
+            names = [r.name for r in self.requests]
+            state = f"(m.free_blocks, [(r.seq_len, r.block_table) for r in {self._others()}])" if names else "m.free_blocks"
+            capture = f"state_before = copy.deepcopy({state})"
+            o = Outcome(step, start, "import copy\n" + capture, before, after, Req("other", 0, request_id, prompt_len), [])
+            self._violation(
+                self.props["own"], o,
+                [(f"{state} == state_before", "a call on another manager changed this one: {state_before} -> " + "{" + state + "}",
+                  "对另一个管理器的调用改变了这个管理器：{state_before} -> " + "{" + state + "}")],
+                "对另一个管理器的调用改变了这个管理器的状态（管理器之间不能共享状态）",
+                "a call on another manager changed this one's state (managers share no state)",
+                expected=before.text(), actual=after.text(), highlight=sorted(set(after.free) ^ set(before.free)), call=call,
+            )
+            self._adopt(after)
+
     # -- TODO 2 ------------------------------------------------------------------------------
     def prefill(self, req: Req) -> None:
         props = PROPS["prefill"]
@@ -262,7 +304,7 @@ class Pool(ContractState):
     def permute(self, order: list[int]) -> None:
         """Put the free list in another order: legal, but one the API never makes (release sorts)."""
         self.program.append(("permute", tuple(order)))
-        code = f"m.free_blocks[:] = [m.free_blocks[i] for i in {tuple(order)!r}]"
+        code = f"m.free_blocks[:] = [m.free_blocks[i] for i in {_indices(order)}]"
         comment = ("the free list in another order: any order is legal", "空闲列表换一个顺序：任何顺序都合法")
         if self.diverged:
             self.script.lines.extend(self._guarded(code, "IndexError", *comment))
@@ -278,7 +320,7 @@ class Pool(ContractState):
     def place(self, req: Req, indices: list[int]) -> None:
         """Give `req` blocks directly, as a correct prefill would (TODO 3 never relies on TODO 2)."""
         self.program.append(("place", self.requests.index(req), tuple(indices)))
-        code = f"{req.name}.block_table = [m.free_blocks.pop(i) for i in {tuple(indices)!r}]"
+        code = f"{req.name}.block_table = [m.free_blocks.pop(i) for i in {_indices(indices)}]"
         comment = ("set up directly, as a correct prefill would", "直接设置，与正确的 prefill 结果相同")
         if self.diverged:
             self.script.lines.extend(self._guarded(code, "IndexError", *comment))
@@ -292,7 +334,7 @@ class Pool(ContractState):
 
     def decode(self, req: Req) -> None:
         props = PROPS["decode"]
-        old_len, old_table = req.seq_len, list(req.table)
+        old_len, old_table = req.seq_len, Listed(req.table)
         grows = old_len + 1 > len(old_table) * self.block_size
         o, reply = self._run(req, "allocate_for_decode")
         free = len(o.before.free)
@@ -324,11 +366,12 @@ class Pool(ContractState):
                 f"decode 后应为 seq_len={old_len + 1}、{want} 个块（原有块保持不变{'，追加一个新块' if grows else '，不追加'}；block_size={bs}），实际 seq_len={seq_len}、块表 {table}",
                 f"after decode expected seq_len={old_len + 1} and {_blocks(want)} (held blocks kept{', one appended' if grows else ', none added'}; block_size={bs}); got seq_len={seq_len}, block_table={table}",
                 expected=f"seq_len={old_len + 1}, {_blocks(want)} starting {old_table}", actual=f"seq_len={seq_len}, block_table={table}",
-                highlight=[b for b in table if b not in old_table],
+                highlight=sorted(set(table) - set(old_table)),
             )
         else:
             self.ctx.count(props["count"] + (":grow" if grows else ":stay"))
-        added = [b for b in table if b not in old_table]
+        held = set(old_table)  # a set: tables of 100,000 blocks are checked too
+        added = [b for b in table if b not in held]
         if not added:
             if grows:
                 self._missed(props["own"], o, [("len(m.free_blocks) == len(free_before) - 1", "decode past a full block should take one free block: free_blocks {free_before} -> {m.free_blocks}", "块已满时 decode 应取走一个空闲块：free_blocks {free_before} -> {m.free_blocks}")])
@@ -342,11 +385,11 @@ class Pool(ContractState):
     def _check_ownership(self, prop: str, o: Outcome, taken: list[int], taken_expr: str, what: str) -> bool:
         """Blocks taken were free and distinct, left the free list, and every block is in one place."""
         before, after = o.before, o.after
-        not_free = [b for b in taken if b not in before.free]
+        free_before = set(before.free)
+        not_free = [b for b in taken if b not in free_before]
         problem: tuple[Assert, str, str, list[int]] | None = None
         remaining = Counter(before.free)
         remaining.subtract(taken)
-        held = [b for _, t in after.requests.values() for b in t]
         if not_free or len(set(taken)) != len(taken):
             problem = (
                 (f"all(b in free_before for b in {taken_expr}) and len(set({taken_expr})) == len({taken_expr})", f"blocks taken must be distinct and free before the call: took {{{taken_expr}}}, free_blocks was {{free_before}}", f"取走的块必须互不重复且调用前空闲：取走 {{{taken_expr}}}，调用前 free_blocks 为 {{free_before}}"),
@@ -354,7 +397,7 @@ class Pool(ContractState):
                 f"the blocks taken, {taken}, must be distinct and free before the call (free_blocks {before.free})",
                 not_free or taken,
             )
-        elif sorted(after.free) != sorted(remaining.elements()):
+        elif sorted(after.free) != _without(before.free, taken, remaining):
             problem = (
                 (f"sorted(m.free_blocks) == sorted(b for b in free_before if b not in {taken_expr})", "free_blocks should lose exactly the blocks taken: {free_before} -> {m.free_blocks}", "空闲列表应当恰好去掉取走的块：{free_before} -> {m.free_blocks}"),
                 f"空闲列表应当恰好去掉取走的块：{before.free} -> {after.free}",
@@ -369,16 +412,17 @@ class Pool(ContractState):
                 f"it changed other requests: {o.others_changed}",
                 [b for name in o.others_changed for b in after.requests[name][1]],
             )
-        elif sorted(after.free + held) != list(range(self.num_blocks)):
-            counts = Counter(after.free + held)
-            bad = sorted(b for b in counts if counts[b] != 1 or not 0 <= b < self.num_blocks) + [b for b in range(self.num_blocks) if not counts[b]]
+        elif bad := sorted(self._misplaced(after) - self._misplaced(before)):
+            # Only what this call misplaced: a block lost by an earlier call (another item's
+            # failure) or kept back by the given code is not this call's doing.
             everyone = self._others()
+            places = f"(m.free_blocks + [b for r in {everyone} for b in r.block_table])"
             problem = (
-                (f"sorted(m.free_blocks + [b for r in {everyone} for b in r.block_table]) == list(range({self.num_blocks}))",
+                (f"all({places}.count(b) == 1 for b in {bad})",
                  f"every block must be free or in exactly one block_table: free_blocks={{m.free_blocks}}, tables={{[r.block_table for r in {everyone}]}}",
                  f"每个块要么空闲、要么恰好在一个块表中：free_blocks={{m.free_blocks}}，块表 {{[r.block_table for r in {everyone}]}}"),
-                f"块 {sorted(set(bad))} 没有恰好出现在一处（空闲列表或某一个块表）",
-                f"block(s) {sorted(set(bad))} are not in exactly one place (the free list or one block_table)",
+                f"块 {bad} 没有恰好出现在一处（空闲列表或某一个块表）",
+                f"block(s) {bad} are not in exactly one place (the free list or one block_table)",
                 bad,
             )
         if problem is None:
@@ -386,6 +430,15 @@ class Pool(ContractState):
         check, zh, en, highlight = problem
         self._violation(prop, o, [check], f"{what} 之后块的归属出错：{zh}", f"after {what}, block ownership is broken: {en}", expected="every block free or in exactly one block_table", actual=after.text(), highlight=highlight)
         return False
+
+    def _misplaced(self, state: State) -> set[int]:
+        """Blocks not in exactly one place (the free list or one table), and ids outside the pool."""
+        everywhere = [*state.free, *(b for _, table in state.requests.values() for b in table)]
+        if len(everywhere) == self.num_blocks and len(set(everywhere)) == self.num_blocks and (
+                not everywhere or (min(everywhere) >= 0 and max(everywhere) < self.num_blocks)):
+            return set()  # each of the pool's blocks exactly once (most states: a quick answer for large pools)
+        counts = Counter(everywhere)
+        return {b for b, n in counts.items() if n != 1 or not 0 <= b < self.num_blocks} | {b for b in range(self.num_blocks) if not counts[b]}
 
     def _expect_oom(self, prop: str, o: Outcome, reply: Any, condition: str, where: str, where_zh: str) -> None:
         """Too few free blocks: a RuntimeError mentioning OOM, and nothing changed."""
@@ -433,7 +486,8 @@ class Pool(ContractState):
             # After an earlier mistake a correct solution is elsewhere by now, and may have no OOM
             # here: the checks hold where the situation is the one the student's code was in.
             asserts = [(f"not ({condition}) or ({check})", *messages) for check, *messages in asserts]
-        highlight = sorted(set(o.after.free) ^ set(o.before.free)) + [b for b in table if b not in req.table]
+        held = set(req.table)
+        highlight = sorted(set(o.after.free) ^ set(o.before.free)) + [b for b in table if b not in held]
         self._violation(prop, o, asserts, zh, en, expected=expected, actual=actual, highlight=highlight, call=call)
 
     def _unexpected(self, props: dict[str, str], o: Outcome, reply: Any, short: str, where: str, where_zh: str) -> None:
@@ -476,7 +530,8 @@ class Pool(ContractState):
             self.script.add(step)
         reply = self._call("method", target=self.manager, name="release_request", args=[req.handle])
         table = req.table
-        refused = not table or len(set(table)) != len(table) or any(not 0 <= b < self.num_blocks or b in before.free for b in table)
+        free = set(before.free)
+        refused = not table or len(set(table)) != len(table) or any(not 0 <= b < self.num_blocks or b in free for b in table)
         if refused:
             # A TODO's bug left a state the given release refuses (as the template's does):
             # nothing to learn from going on.
@@ -509,3 +564,25 @@ class Pool(ContractState):
 
 def _blocks(count: int) -> str:
     return f"{count} block" if count == 1 else f"{count} blocks"
+
+
+def _indices(indices: list[int]) -> str:
+    """Indices as the reproduction writes them: a tuple, or for a long list its formula (the
+    same index each time, or an affine permutation (a * i + b) % n)."""
+    n = len(indices)
+    if n <= 16:
+        return repr(tuple(indices))
+    if len(set(indices)) == 1:
+        return f"[{indices[0]}] * {n}"
+    a, b = (indices[1] - indices[0]) % n, indices[0]
+    if all(x == (a * i + b) % n for i, x in enumerate(indices)):
+        return f"(({a} * i + {b}) % {n} for i in range({n}))"
+    return repr(tuple(indices))
+
+
+def _without(free: list[int], taken: list[int], remaining: Counter[int]) -> list[int]:
+    """The free list less the blocks taken, sorted (a set difference where the list has no
+    duplicate, the common case, quick for 100,000 blocks; else the multiset `remaining`)."""
+    if len(set(free)) == len(free):
+        return sorted(set(free) - set(taken))
+    return sorted(remaining.elements())

@@ -22,10 +22,29 @@ if TYPE_CHECKING:
     from grader.checks.pool import Pool, Req
 
 
+class Listed(list):  # type: ignore[type-arg]
+    """A list of block ids that a message shows whole when short, and as its ends when long."""
+
+    def __repr__(self) -> str:
+        if len(self) <= SHOWN:
+            return super().__repr__()
+        head, tail = ", ".join(map(str, self[: SHOWN // 2])), ", ".join(map(str, self[-4:]))
+        return f"[{head}, ... {tail}] ({len(self)} in all)"
+
+    __str__ = __repr__
+
+
+SHOWN = 24  # ids a message shows of a list
+
+
 @dataclass
 class State:
     free: list[int]
     requests: dict[str, tuple[int, list[int]]]  # name -> (seq_len, block_table)
+
+    def __post_init__(self) -> None:
+        self.free = Listed(self.free)
+        self.requests = {name: (seq_len, Listed(table)) for name, (seq_len, table) in self.requests.items()}
 
     def picture(self) -> dict[str, Any]:
         return {"free": list(self.free), "tables": {name: list(t) for name, (_, t) in self.requests.items() if t}}

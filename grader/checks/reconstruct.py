@@ -1,29 +1,38 @@
 """TODO 4: rebuilding the logical cache from a block table.
 
-Domain: any positive block_size, num_blocks and head_dim; a block table in any order (not
-physical order), seq_len anywhere in its last block; and reads interleaved with writes of the
-pool and with the request growing (as decode grows it), so that a result cached from an
-earlier call shows.  The slots the request reads hold recognisable values (10000 * write +
-100 * block + slot + d / 100); every other slot is NaN.
+Domain (grader/checks/reconstruct_cases.py): any positive block_size, num_blocks and head_dim;
+a block table in any order (not physical order), seq_len anywhere in its last block; and reads
+interleaved with writes of the pool and with the request growing (as decode grows it), so
+that a result cached from an earlier call shows.
 
 Attribution: a failing read is the truncation item's when it needs a partial last block to
 fail (the same example with every block full passes); anything else is the table-order
-item's (reading the right blocks in table order, and the current pool and table).
+item's (reading the right blocks in table order, and the current pool and table).  Once table
+order failed, truncation is drawn where table order cannot interfere (one block, physical
+order).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 from hypothesis import given, seed
-from hypothesis import strategies as st
 
 from grader.checks.arrays import Array, decode
 from grader.checks.base import CheckFailure, ItemContext, Need, hypothesis_settings, student_error
 from grader.checks.frame import SharedPool, tensor_digest
+from grader.checks.reconstruct_cases import (
+    CORNERS,
+    FLAT_WRITE,
+    Example,
+    examples,
+    far_examples,
+    pool_values,
+    set_up_lines,
+)
 from grader.checks.running import Explore, grade_item
 from grader.checks.script import Line, Script
 from grader.results import Failure
@@ -31,30 +40,6 @@ from grader.sandbox.protocol import Reply
 
 LABEL = "TODO 4"
 ORDER, TRUNCATE = "todo4.table_order", "todo4.truncate"
-
-
-@dataclass(frozen=True)
-class Example:
-    num_blocks: int
-    block_size: int
-    head_dim: int
-    table: tuple[int, ...]
-    seq_len: int
-    events: tuple[tuple[str, int], ...] = (("read", 0),)  # ("read" | "write" | "rebind", 0), ("grow", tokens)
-
-    def full(self) -> Example:
-        """The same example with every block full: no tail for truncation to cut."""
-        bs, used = self.block_size, len(self.table)
-        events: list[tuple[str, int]] = []
-        for kind, n in self.events:
-            if kind == "grow":
-                blocks = min(-(-n // bs), self.num_blocks - used)
-                if not blocks:
-                    continue
-                used += blocks
-                n = blocks * bs
-            events.append((kind, n))
-        return replace(self, seq_len=len(self.table) * bs, events=tuple(events))
 
 
 @dataclass
@@ -69,38 +54,6 @@ class Problem:
     same_slots: bool = False  # exactly the live slots were read, in another order: truncation held
     tail: bool = False  # the read had a partly used last block
     frame: str = ""  # "read": a read changed the pool or the request; "results": an earlier result changed
-
-
-def pool_values(ex: Example, table: list[int], seq_len: int, write: int) -> np.ndarray:
-    pool = np.full((ex.num_blocks, ex.block_size, ex.head_dim), np.nan, dtype=np.float32)
-    fraction = np.arange(ex.head_dim, dtype=np.float32) / np.float32(100)
-    for p in range(seq_len):
-        block, slot = table[p // ex.block_size], p % ex.block_size
-        pool[block, slot] = np.float32(10000 * write + 100 * block + slot) + fraction
-    return pool
-
-
-def set_up_lines(ex: Example) -> list[tuple[str, str, str]]:
-    bs, hd = ex.block_size, ex.head_dim
-    plain = [
-        f"m = KVCacheManager(num_blocks={ex.num_blocks}, block_size={bs}, head_dim={hd})",
-        f"r = Request(request_id=0, prompt_len={ex.seq_len})",
-        f"r.block_table = {list(ex.table)}",
-    ]
-    body = [
-        "    m.physical_kv_cache.fill_(float('nan'))",
-        "    for p in range(r.seq_len):",
-        f"        b, s = r.block_table[p // {bs}], p % {bs}",
-        f"        m.physical_kv_cache[b, s] = 10000 * write + 100 * b + s + torch.arange({hd}) / 100",
-        "def expected():",
-        f"    return torch.stack([m.physical_kv_cache[r.block_table[p // {bs}], p % {bs}] for p in range(r.seq_len)])",
-        "fill(0)",
-    ]
-    return [
-        *((line, "", "") for line in plain),
-        ("def fill(write):", "the slots r reads hold 10000 * write + 100 * block + slot + d / 100; every other slot NaN", "r 读取的槽位为 10000 * write + 100 * 块 + 槽 + d / 100；其余槽位为 NaN"),
-        *((line, "", "") for line in body),
-    ]
 
 
 def run_example(ctx: ItemContext, ex: Example, script: Script, count: bool = True) -> Problem | None:
@@ -130,7 +83,8 @@ def run_example(ctx: ItemContext, ex: Example, script: Script, count: bool = Tru
             cache.set(table, seq_len, write, rebind=True)
         elif kind == "grow":
             seq_len += n
-            grown = [b for b in range(ex.num_blocks) if b not in table][: max(0, math.ceil(seq_len / ex.block_size) - len(table))]
+            held = set(table)
+            grown = [b for b in range(ex.num_blocks) if b not in held][: max(0, math.ceil(seq_len / ex.block_size) - len(table))]
             table += grown
             script.add(f"r.block_table += {grown}; r.seq_len = {seq_len}; fill({write})", "the request grows, as decode grows it", "请求增长（如 decode）")
             cache.set(table, seq_len, write)
@@ -247,7 +201,8 @@ def _read(ctx: ItemContext, cache: _Cache, table: list[int], seq_len: int, write
 
 def _answer(ctx: ItemContext, reply: Reply, ex: Example, table: list[int], seq_len: int, write: int, index: int) -> Problem | None:
     pool = pool_values(ex, table, seq_len, write)
-    want = np.stack([pool[table[p // ex.block_size], p % ex.block_size] for p in range(seq_len)])
+    positions = np.arange(seq_len)
+    want = pool[np.asarray(table, dtype=np.int64)[positions // ex.block_size], positions % ex.block_size]
     try:
         answer = decode(reply.value)
     except (TypeError, ValueError):
@@ -273,10 +228,10 @@ def _answer(ctx: ItemContext, reply: Reply, ex: Example, table: list[int], seq_l
     got = out[bad].tolist() if out is not None else f"dtype {answer.dtype}"
     return Problem(
         index,
-        f"第 {bad} 个逻辑位置应来自物理块 {block} 的第 {slot} 个槽（按块表顺序、当前的池），实际读到 {_describe(got, 'zh')}",
-        f"logical position {bad} should come from physical block {block}, slot {slot} (block-table order, the pool as it is now); got {_describe(got, 'en')}",
-        str(want[bad].tolist()),
-        str(got),
+        f"第 {bad} 个逻辑位置应来自物理块 {block} 的第 {slot} 个槽（按块表顺序、当前的池），实际读到 {_describe(got, 'zh', ex)}",
+        f"logical position {bad} should come from physical block {block}, slot {slot} (block-table order, the pool as it is now); got {_describe(got, 'en', ex)}",
+        str(_row(want[bad].tolist())),
+        str(_row(got) if isinstance(got, list) else got),
         [shape_check, ("torch.equal(out.float(), expected())", f"row {bad} should be block {block} slot {slot}: expected {{expected()[{bad}].tolist()}}, got {{out[{bad}].tolist()}}", f"第 {bad} 行应来自块 {block} 槽 {slot}：期望 {{expected()[{bad}].tolist()}}，实际 {{out[{bad}].tolist()}}")],
         same_slots=same_slots,
     )
@@ -291,7 +246,7 @@ def _first_bad_row(out: np.ndarray | None, want: np.ndarray) -> int:
     return 0
 
 
-def _describe(values: list[float] | str, lang: str) -> str:
+def _describe(values: list[float] | str, lang: str, ex: Example) -> str:
     if isinstance(values, str):
         return values
     if values and all(math.isnan(v) for v in values):
@@ -299,11 +254,17 @@ def _describe(values: list[float] | str, lang: str) -> str:
     first = values[0] if values else float("nan")
     if not math.isfinite(first):
         return str(values)
-    write, rest = divmod(first, 10000)
-    block, slot = divmod(rest, 100)
+    shown = values if len(values) <= 8 else [*values[:8], "..."]
+    if ex.readable:
+        write, rest = divmod(first, 10000)
+        block, slot = divmod(rest, 100)
+        block, slot = int(block), int(round(slot))
+    else:
+        write, rest = divmod(int(first), FLAT_WRITE)
+        block, slot = divmod(rest // ex.head_dim, ex.block_size)
     if lang == "zh":
-        return f"第 {int(write)} 次写入的块 {int(block)} 槽 {int(round(slot))}（{values}）"
-    return f"block {int(block)} slot {int(round(slot))} of write {int(write)} ({values})"
+        return f"第 {int(write)} 次写入的块 {block} 槽 {slot}（{shown}）"
+    return f"block {block} slot {slot} of write {int(write)} ({shown})"
 
 
 def check_example(ctx: ItemContext, ex: Example) -> None:
@@ -371,58 +332,11 @@ def _write_frame_captures(script: Script, frame: str) -> None:
     script.lines.insert(reads[0], Line("kept = []"))
 
 
-@st.composite
-def examples(draw: st.DrawFn, tails: float) -> Example:
-    block_size = draw(st.one_of(st.sampled_from([1, 2, 3, 4, 5, 8]), st.integers(1, 20)), label="block_size")
-    num_blocks = draw(st.integers(1, 10), label="num_blocks")
-    head_dim = draw(st.integers(1, 5), label="head_dim")
-    # One block a fifth of the time (a result that is a view of it shows there); several otherwise.
-    single = draw(st.integers(0, 4), label="one block") == 0
-    used = 1 if single else draw(st.integers(min(2, num_blocks), num_blocks), label="blocks used")
-    table = draw(st.permutations(range(num_blocks)), label="table")[:used]
-    if draw(st.integers(0, 3), label="sorted table") == 0:  # physical order a quarter of the time
-        table = sorted(table)
-    elif table == sorted(table):
-        table = table[::-1]  # otherwise never physical order
-    tail = draw(st.floats(0, 1), label="tail?") < tails
-    seq_len = draw(st.integers((used - 1) * block_size + 1, used * block_size), label="seq_len") if tail else used * block_size
-    first = seq_len
-    events: list[tuple[str, int]] = [("read", 0)]
-    for _ in range(draw(st.integers(0, 3), label="more events")):
-        kind = draw(st.sampled_from(["read", "write", "grow", "rebind"]), label="event")
-        if kind == "grow":
-            room = (num_blocks - used) * block_size + (used * block_size - seq_len)
-            if room <= 0:
-                continue
-            n = draw(st.integers(1, room), label="tokens")
-            used = math.ceil((seq_len + n) / block_size)
-            seq_len += n
-            events += [("grow", n), ("read", 0)]
-        else:
-            events.append((kind, 0))
-    if events[-1][0] != "read":
-        events.append(("read", 0))
-    return Example(num_blocks, block_size, head_dim, tuple(table), first, tuple(events))
+def _row(values: list[float]) -> list[float | str]:
+    """A row as a message shows it: whole up to 8 values (head_dim reaches 256)."""
+    return values if len(values) <= 8 else [*values[:8], "..."]
 
 
-# Corner cases: block size 1; a tail; a shuffled table; reads after the pool is written
-# again and after the request grows; sorted tables with a tail (truncation alone).
-CORNERS = (
-    Example(3, 1, 2, (2, 0, 1), 3),
-    Example(5, 3, 2, (4, 1), 4),
-    Example(4, 4, 1, (0,), 1),
-    Example(4, 2, 3, (3, 1, 0, 2), 8),
-    Example(6, 3, 1, (5, 0, 2), 9, (("read", 0), ("write", 0), ("read", 0))),
-    Example(6, 4, 2, (3, 1), 6, (("read", 0), ("grow", 3), ("read", 0), ("write", 0), ("read", 0))),
-    Example(5, 3, 2, (0, 1), 4),
-    Example(6, 5, 1, (0, 1, 2), 11, (("read", 0), ("grow", 2), ("read", 0))),
-    Example(5, 7, 3, (2, 4, 0), 15),
-    Example(3, 2, 5, (0, 1, 2), 5, (("read", 0), ("write", 0), ("read", 0))),
-    Example(4, 3, 2, (2, 0), 5, (("read", 0), ("rebind", 0), ("read", 0))),
-    # one block, read, then the pool written or the request grown: the first result must not follow
-    Example(3, 4, 2, (1,), 3, (("read", 0), ("write", 0), ("read", 0))),
-    Example(3, 3, 1, (2,), 2, (("read", 0), ("grow", 2), ("read", 0))),
-)
 NEEDS = {
     ORDER: [Need(ORDER, 4, "按块表顺序读取（块表与物理顺序不同时）被检查的次数不够", "too few reads through a table out of physical order could be checked")],
     TRUNCATE: [Need(TRUNCATE, 4, "带未用尾部的读取被检查的次数不够", "too few reads with a partly used last block could be checked")],
@@ -434,19 +348,24 @@ TAILS = {ORDER: 0.5, TRUNCATE: 0.9, None: 0.7}  # how often a drawn example has 
 
 def plan(run: ItemContext) -> tuple[list[Callable[[], None]], Explore]:
     def explore(round_: int, count: int) -> None:
-        tails = TAILS[run.focus]
+        tails, ordered = TAILS[run.focus], run.focus == TRUNCATE
         if round_ and run.focus is None and TRUNCATE in run.recorded:
             tails = 0.0  # a later round of a survey where truncation failed: table order's evidence, without tails
+        if round_ and run.focus is None and ORDER in run.recorded:
+            # Table order failed: truncation's evidence, where table order cannot interfere (one
+            # block, or blocks in physical order).
+            tails, ordered = TAILS[TRUNCATE], True
 
         @seed(run.seed(round_))
         @hypothesis_settings(run.config, count or run.config.hypothesis.max_examples)
-        @given(examples(tails))
+        @given(examples(tails, ordered))
         def test(ex: Example) -> None:
             check_example(run, ex)
 
         test()
 
-    return [lambda ex=ex: check_example(run, ex) for ex in CORNERS], explore
+    chosen = [*CORNERS, *far_examples(run.seed())]
+    return [lambda ex=ex: check_example(run, ex) for ex in chosen], explore
 
 
 def check_reconstruction(ctx: ItemContext) -> Failure | None:

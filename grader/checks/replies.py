@@ -18,6 +18,7 @@ from grader.sandbox.protocol import Reply
 MAX_HANDLE = 1 << 31  # the worker numbers its objects 1, 2, 3, ...
 MAX_INT_BITS = 8192  # what the worker sends at most (wire.py); JSON itself stops at 4300 digits
 MAX_ITEMS = 4096  # elements of a list, entries of a dict
+MAX_BLOCK_IDS = 1 << 20  # a free list or a block table (the far cases' pools pass 100,000 blocks)
 MAX_DEPTH = 8
 MAX_STR = 1 << 16
 MAX_DIM = 1 << 31  # one tensor dimension
@@ -187,7 +188,9 @@ def _int_list(observed: Any) -> dict[str, Any]:
     if not isinstance(observed, dict) or "ok" not in observed:
         return _error(observed) if isinstance(observed, dict) else _broken("missing")
     value, kind = observed["ok"], observed.get("type", "list")
-    if not isinstance(value, list) or len(value) > MAX_ITEMS or not all(type(v) is int and v.bit_length() <= 64 for v in value):
+    # Type by type, then the bounds (a free list may hold 100,000 ids: no Python loop per id).
+    if not isinstance(value, list) or len(value) > MAX_BLOCK_IDS or not set(map(type, value)) <= {int} or (
+            value and (max(value) >= 1 << 64 or min(value) <= -(1 << 64))):
         return _broken("not a list of ints")
     return {"ok": value, "type": str(kind)[:40]}
 

@@ -28,7 +28,7 @@ from hypothesis.errors import Flaky, Unsatisfiable
 
 from grader.checks.base import Abort, CheckFailure, Inconclusive, ItemContext, Need, Replay, Survey
 from grader.checks.script import Script
-from grader.results import Failure
+from grader.results import FAILED, Failure, ItemResult, Text
 from grader.sandbox.protocol import BudgetExceeded
 
 # One hypothesis run: (round, examples) -> None.  Round 0 is the configured run; later rounds
@@ -250,3 +250,39 @@ def _explore(ctx: ItemContext, run: Callable[[], None]) -> Failure | None:
         ctx.random = False
         ctx.close()
     return None
+
+
+# Failures that show an item's own property broken (a reproduction of its own).
+OWN_FAILURES = ("wrong", "error")
+
+
+def mark_blocked(items: Sequence[ItemResult]) -> None:
+    """An item of a TODO that could not be judged (too few of its cases could check it) while
+    another item of the same TODO failed on a case of its own is blocked by that item: its card
+    says so and shows that item's reproduction (fix it first; this one is judged then).
+
+    The first such item in rubric order blocks it (the base item of TODO 5, the count items of
+    TODO 2 and 3, table order in TODO 4: the properties the others' cases rest on)."""
+    for item in items:
+        failure = item.failure
+        if item.status != FAILED or failure is None or failure.kind != "not_exercised":
+            continue
+        blocker = next((other for other in items if other is not item and other.todo == item.todo and other.status == FAILED
+                        and other.failure is not None and other.failure.kind in OWN_FAILURES), None)
+        if blocker is None or blocker.failure is None:
+            continue
+        item.blocked_by = blocker.id
+        shown = blocker.failure
+        item.failure = Failure(
+            kind=failure.kind,
+            message=Text(
+                f"无法评判：{blocker.id} 未通过，它的错误让本项的用例无法检查（{failure.message.zh}）。先修好 {blocker.id}（下面是它的复现），本项才能评判",
+                f"cannot be judged while {blocker.id} fails: its mistake keeps this item's cases from being checked ({failure.message.en}). "
+                f"Fix {blocker.id} first (its reproduction is below); this item is judged then",
+            ),
+            repro=shown.repro,
+            repro_zh=shown.repro_zh,
+            expected=shown.expected,
+            actual=shown.actual,
+            picture=shown.picture,
+        )

@@ -18,7 +18,7 @@ from pathlib import PurePath
 from grader import rules as item_rules
 from grader.report import cells as cell_info
 from grader.report.budget import fit, utf8_size
-from grader.report.labels import colon, failed_heading, paren, seconds, status_word, todo_name
+from grader.report.labels import blocked, colon, failed_heading, paren, seconds, status_word, todo_name
 from grader.report.markdown import say
 from grader.report.pictures import picture_svg
 from grader.results import FAILED, NOT_RUN, Failure, GradeResult, ItemResult
@@ -130,7 +130,7 @@ def _item_card(item: ItemResult, lang: str) -> str:
     parts = [
         f'<div class="item item-{esc(item.status)}" id="{esc(item.id)}">',
         f'<b class="{esc(item.status)}">{"✗" if item.status == FAILED else "–"} {item_id(item.id)}</b> '
-        f"({item.score:g}/{item.weight:g}) {esc(item.title.get(lang))}",
+        f"({item.score:g}/{item.weight:g}){esc(blocked(item.blocked_by, lang))} {esc(item.title.get(lang))}",
     ]
     if item.failure is not None:
         parts += _failure_body(item.failure, lang)

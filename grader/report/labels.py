@@ -137,3 +137,10 @@ def failed_heading(count: int, lang: str) -> str:
     if lang == "zh":
         return f"未通过的评分项（{count} 项）"
     return f"{count} failed item{'' if count == 1 else 's'}"
+
+
+def blocked(blocker: str, lang: str) -> str:
+    """What a failed item's heading adds when another failing item kept it from being judged."""
+    if not blocker:
+        return ""
+    return f"（被 {blocker} 阻塞）" if lang == "zh" else f" (blocked by {blocker})"

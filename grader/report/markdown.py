@@ -12,7 +12,7 @@ from pathlib import PurePath
 
 from grader.report import cells
 from grader.report.budget import fit, utf8_size
-from grader.report.labels import colon, failed_heading, paren, seconds, status_word, todo_name, word
+from grader.report.labels import blocked, colon, failed_heading, paren, seconds, status_word, todo_name, word
 from grader.results import FAILED, NOT_RUN, Failure, GradeResult, ItemResult
 
 # Words the scorecards need beyond labels.WORDS (shared with html.py and dashboard.py).
@@ -97,7 +97,9 @@ def _failure_body(failure: Failure, lang: str) -> list[str]:
 
 
 def _failure_block(item: ItemResult, lang: str) -> list[str]:
-    head = f"#### ✗ {code_span(item.id)} ({item.score:g}/{item.weight:g}): {inline(item.title.get(lang))}"
+    note = blocked(item.blocked_by, lang)
+    note = (" " if note.startswith(" ") else "") + inline(note.strip()) if note else ""
+    head = f"#### ✗ {code_span(item.id)} ({item.score:g}/{item.weight:g}){note}: {inline(item.title.get(lang))}"
     if item.failure is None:
         return [head, ""]
     return [head, "", *_failure_body(item.failure, lang)]

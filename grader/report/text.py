@@ -12,7 +12,7 @@ from __future__ import annotations
 from grader import rules as item_rules
 from grader.report import cells as cell_info
 from grader.report.budget import sanitized
-from grader.report.labels import colon, not_graded, paren, status_word, todo_name, word
+from grader.report.labels import blocked, colon, not_graded, paren, status_word, todo_name, word
 from grader.report.pictures import picture_text
 from grader.results import FAILED, Failure, GradeResult, ItemResult
 
@@ -125,7 +125,7 @@ def render(result: GradeResult, lang: str, *, quiet: bool = False, numbering: st
             shown.add(item.todo)
             got, possible = todos.get(item.todo, (0.0, 0.0))
             lines.append(f"\n{todo_name(item.todo, lang)}{colon(lang)}{got:g}/{possible:g}")
-        lines.append(f"  {MARK[item.status]} {item.id} ({item.score:g}/{item.weight:g}) {status_word(item.status, lang)}")
+        lines.append(f"  {MARK[item.status]} {item.id} ({item.score:g}/{item.weight:g}) {status_word(item.status, lang)}{blocked(item.blocked_by, lang)}")
         if item.failure is not None and item.status == FAILED:
             said = (item.failure.message.get(lang), item.failure.repro_for(lang))
             if said == previous and item.failure.repro_for(lang):  # a TODO not written: every item says the same
@@ -150,7 +150,7 @@ def render(result: GradeResult, lang: str, *, quiet: bool = False, numbering: st
 
 
 def _item_line(item: ItemResult, lang: str) -> str:
-    line = f"{MARK[item.status]} {item.id} {item.score:g}/{item.weight:g} {status_word(item.status, lang)}"
+    line = f"{MARK[item.status]} {item.id} {item.score:g}/{item.weight:g} {status_word(item.status, lang)}{blocked(item.blocked_by, lang)}"
     if item.failure is not None and item.status == FAILED:
         line += colon(lang) + one_line(item.failure.message.get(lang), 160)
     return line

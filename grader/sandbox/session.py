@@ -10,6 +10,7 @@ import os
 import secrets
 import signal
 import socket
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,14 @@ class Session:
         message = {"op": op, "id": self._next_id, **fields}
         clock = CallClock(self.pid, timeout or self.call_timeout_s, self.wall_backstop, self.budget)
         try:
-            _send(self.conn, message)
+            # The socket keeps the last wait's timeout (milliseconds, maybe): a large request (a
+            # permutation of 100,000 blocks) that fills the socket's buffer needs the call's own.
+            self.conn.settimeout(max(0.1, clock.wall_deadline - time.monotonic()))
+            try:
+                _send(self.conn, message)
+            except TimeoutError:
+                clock.reason = "wall"  # the worker did not read it in the call's time
+                raise WorkerLost("timeout") from None
             while True:
                 reply = _recv(self.conn, clock)
                 if reply.get("id") == self._next_id:

@@ -143,6 +143,8 @@ def paged_attention(
 ) -> torch.Tensor:
     """Single-token attention for a batch of sequences whose KV cache is paged."""
     num_seqs, num_heads, head_dim = query.shape
+    if num_seqs == 0:
+        return torch.empty_like(query)  # a batch of no sequences
     block_size, num_kv_heads = key_cache.shape[1], key_cache.shape[2]
     if num_heads % num_kv_heads:
         raise ValueError("num_heads 必须是 num_kv_heads 的倍数 / num_heads must be a multiple of num_kv_heads")
