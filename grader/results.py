@@ -35,14 +35,24 @@ class Failure:
     traceback: str = ""
     # Structured data for a picture of the failing state (reports draw it; absent: no picture).
     #   {"kind": "pool", "num_blocks": int, "step": str,
-    #    "before": {"free": [int], "tables": {name: [int]}}, "after": {...}, "highlight": [int]}
+    #    "before": {"free": [int], "tables": {name: [int]}, "lens": {name: seq_len}}, "after": {...},
+    #    "highlight": [int], "earlier": {"step", "before", "after", "highlight"} (optional: the call
+    #    that first broke what the failing call found broken)}
     #   {"kind": "attention", "errors": [[float]] (per sequence, per query head: max |out - expected|),
     #    "tolerance": float, "dtype": str, "worst": [seq, head]}
     picture: dict[str, Any] | None = None
     repro_zh: str = ""  # the same reproduction with its comments in Chinese (empty: use `repro`)
+    expected_zh: str = ""  # `expected` and `actual` in Chinese, where they hold words (empty: the same)
+    actual_zh: str = ""
 
     def repro_for(self, lang: str) -> str:
         return self.repro_zh if lang == "zh" and self.repro_zh else self.repro
+
+    def expected_for(self, lang: str) -> str:
+        return self.expected_zh if lang == "zh" and self.expected_zh else self.expected
+
+    def actual_for(self, lang: str) -> str:
+        return self.actual_zh if lang == "zh" and self.actual_zh else self.actual
 
 
 @dataclass

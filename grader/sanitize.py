@@ -188,6 +188,8 @@ def _failure(failure: Failure | None, limits: FieldLimits) -> Failure | None:
         repro_zh=safe_block(failure.repro_zh, limits.code, limits.lines),
         expected=safe_line(failure.expected, limits.value),
         actual=safe_line(failure.actual, limits.value),
+        expected_zh=safe_line(failure.expected_zh, limits.value),
+        actual_zh=safe_line(failure.actual_zh, limits.value),
         traceback=safe_block(failure.traceback, limits.value, limits.lines, keep="tail"),
         picture=normalise_picture(failure.picture, safe_line),  # the renderers' own schema check
     )

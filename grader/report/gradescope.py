@@ -20,7 +20,7 @@ def item_output(item: ItemResult, lang: str) -> str:
         return status_word(item.status, lang)
     parts = [item.failure.message.get(lang)]
     if item.failure.expected or item.failure.actual:
-        parts.append(f"{word('expected', lang)}: {item.failure.expected}\n{word('actual', lang)}: {item.failure.actual}")
+        parts.append(f"{word('expected', lang)}: {item.failure.expected_for(lang)}\n{word('actual', lang)}: {item.failure.actual_for(lang)}")
     repro = item.failure.repro_for(lang)
     if repro:
         parts.append(f"{word('repro', lang)}:\n{repro}")

@@ -106,8 +106,8 @@ def _failure_body(failure: Failure, lang: str) -> list[str]:
     parts = [f"<p>{esc(failure.message.get(lang))}</p>"]
     if failure.expected or failure.actual:
         parts.append(
-            f"<p>{esc(say('expected', lang))}{colon(lang)}<code>{esc(failure.expected)}</code><br>"
-            f"{esc(say('actual', lang))}{colon(lang)}<code>{esc(failure.actual)}</code></p>"
+            f"<p>{esc(say('expected', lang))}{colon(lang)}<code>{esc(failure.expected_for(lang))}</code><br>"
+            f"{esc(say('actual', lang))}{colon(lang)}<code>{esc(failure.actual_for(lang))}</code></p>"
         )
     repro = failure.repro_for(lang)
     if repro:

@@ -86,7 +86,7 @@ def details(summary: str, body: str) -> str:
 def _failure_body(failure: Failure, lang: str) -> list[str]:
     out = [inline(failure.message.get(lang))]
     if failure.expected or failure.actual:
-        out += ["", f"- {say('expected', lang)}{colon(lang)}{code_span(failure.expected)}", f"- {say('actual', lang)}{colon(lang)}{code_span(failure.actual)}"]
+        out += ["", f"- {say('expected', lang)}{colon(lang)}{code_span(failure.expected_for(lang))}", f"- {say('actual', lang)}{colon(lang)}{code_span(failure.actual_for(lang))}"]
     repro = failure.repro_for(lang)
     if repro:
         out += ["", f"{say('repro', lang)}{colon(lang).rstrip()}", "", fence(repro, "python")]

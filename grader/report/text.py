@@ -52,8 +52,8 @@ def _block(text: str, limit: int | None, lang: str, tail: bool = False) -> list[
 def failure_lines(failure: Failure, lang: str, first: bool) -> list[str]:
     lines = [INDENT + one_line(failure.message.get(lang), 600)]
     if failure.expected or failure.actual:
-        lines.append(f"{INDENT}{word('expected', lang)}{colon(lang)}{one_line(failure.expected, 300)}")
-        lines.append(f"{INDENT}{word('actual', lang)}{colon(lang)}{one_line(failure.actual, 300)}")
+        lines.append(f"{INDENT}{word('expected', lang)}{colon(lang)}{one_line(failure.expected_for(lang), 300)}")
+        lines.append(f"{INDENT}{word('actual', lang)}{colon(lang)}{one_line(failure.actual_for(lang), 300)}")
     repro = failure.repro_for(lang)
     if repro:
         total = len(repro.rstrip("\n").split("\n"))
