@@ -6,6 +6,7 @@ Data flows one way: submission -> sandboxed run -> checks -> these records -> re
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from pathlib import PurePath
 from typing import Any
 
 PASSED, FAILED, NOT_RUN = "passed", "failed", "not_run"
@@ -111,6 +112,12 @@ class GradeResult:
     random_cases: dict[str, str] = field(default_factory=dict)  # {"kind": "secret" | "public" | "given", "zh": ..., "en": ...}
     skipped: list[SkippedLine] = field(default_factory=list)  # lines not run while grading (shell, installs, debuggers)
     folder_sha256: str = ""  # a batch's: the notebook folder's files as graded (grader/folder.py folder_digest)
+    submission_name: str = ""  # the student's own file name, where `submission` is another path (a copy, a kernel's history)
+
+    @property
+    def shown_name(self) -> str:
+        """The file name a card is titled with: the student's own, else the graded path's."""
+        return self.submission_name or PurePath(self.submission).name
 
     @property
     def max_score(self) -> float:
@@ -174,4 +181,5 @@ class GradeResult:
             random_cases={str(k): str(v) for k, v in (data.get("random_cases") or {}).items()},
             skipped=[SkippedLine(**s) for s in data.get("skipped") or [] if isinstance(s, dict)],
             folder_sha256=str(data.get("folder_sha256") or ""),
+            submission_name=str(data.get("submission_name") or ""),
         )

@@ -300,6 +300,7 @@ def sanitize_result(result: GradeResult, limits: FieldLimits = DEFAULT_LIMITS) -
     Call it wherever results enter: after grading (the `grade` command, `grader.check()`) and
     after reading results back (`GradeResult.from_dict` of an imported results.json)."""
     result.submission = safe_line(result.submission, limits.value // 4)
+    result.submission_name = safe_line(result.submission_name, limits.value // 4)
     result.sha256 = safe_line(result.sha256, limits.short)
     result.config_digest = safe_line(result.config_digest, limits.short)
     result.device = safe_line(result.device, limits.short)

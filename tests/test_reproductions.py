@@ -7,6 +7,8 @@ solution it runs clean.  The Chinese version is the same code with other comment
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from grader.submission import load_submission
@@ -65,3 +67,36 @@ def test_a_reproduction_ends_in_an_assert_stating_expected_and_actual() -> None:
     item = next(i for i in graded(CORPUS / "buggy" / "todo3_mod_eq_one.py").items if i.status == "failed")
     last = item.failure.repro.rstrip().splitlines()[-1]
     assert last.startswith("assert ") and ", f\"" in last, last
+
+
+LOSES_A_BLOCK_ON_OOM = """        if needed > len(self.free_blocks):
+            self.free_blocks.pop(0)  # the mistake: a block lost on the way out of an OOM
+"""
+
+
+def test_the_step_a_failure_depends_on_is_shown_not_swallowed(tmp_path: Path) -> None:
+    """A prefill that loses a block when it runs out of memory: the ownership item finds the block
+    missing at a later prefill.  The card draws the earlier call too, and the reproduction runs
+    the earlier call catching only the RuntimeError it raised, printed, never `except Exception: pass`."""
+    check = "        if needed > len(self.free_blocks):\n"
+    assert check in REFERENCE
+    path = tmp_path / "loses_a_block_on_oom.py"
+    path.write_text(REFERENCE.replace(check, LOSES_A_BLOCK_ON_OOM), encoding="utf-8")
+    item = next(i for i in graded(path).items if i.id == "todo2.ownership")
+    failure = item.failure
+    assert item.status == "failed" and failure is not None and failure.picture is not None
+    earlier = failure.picture["earlier"]
+    assert earlier["step"].startswith("m.allocate_for_prefill(") and earlier["step"] != failure.picture["step"]
+    lost = sorted(set(earlier["before"]["free"]) - set(earlier["after"]["free"]))
+    assert lost and earlier["highlight"] == lost  # the earlier call lost it: drawn where it happened
+    assert f"first after {earlier['step']} (which raised RuntimeError" in failure.message.en
+    assert (failure.expected, failure.actual) == (f"block(s) {lost} each in exactly one place (free_blocks or one block_table)",
+                                                  "; ".join(f"block {b}: nowhere" for b in lost))
+    repro = failure.repro
+    assert "except Exception" not in repro, repro
+    assert "here your code already breaks todo2.oom_atomic" in repro
+    assert f'except RuntimeError as error:  # your code raised RuntimeError here\n    print(f"{earlier["step"]}: {{error!r}}")' in repro
+    code = path.read_text(encoding="utf-8")
+    (on_submission, line), (on_reference, _) = run_scripts([f"{code}\n\n{repro}\n", f"{REFERENCE}\n\n{repro}\n"])
+    assert on_submission == 1 and line.startswith("AssertionError: every block must be free or in exactly one block_table"), line
+    assert on_reference == 0

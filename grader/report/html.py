@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from collections.abc import Sequence
 from html import escape
-from pathlib import PurePath
 
 from grader.report import cells as cell_info
+from grader.report import scope
 from grader.report.budget import fit, utf8_size
 from grader.report.labels import colon, failed_heading, paren, seconds, status_word, todo_name
 from grader.report.markdown import say
@@ -161,9 +162,13 @@ def _footer(result: GradeResult, lang: str) -> str:
     return f'<p class="muted" id="footer">{" · ".join(parts)}</p>'
 
 
-def _card(result: GradeResult, lang: str, numbering: str) -> str:
-    name = PurePath(result.submission).name
-    body = [f'<h1>{esc(say("scorecard", lang) + colon(lang) + name)}</h1>', f'<div class="total" id="total">{result.score:g} / {result.max_score:g}</div>']
+def _card(result: GradeResult, lang: str, numbering: str, todos: Sequence[str] = ()) -> str:
+    name = result.shown_name
+    body = [f'<h1>{esc(say("scorecard", lang) + colon(lang) + name)}</h1>']
+    if scope.total(result, todos, lang):  # grader.check("todo3"): that TODO's points, not a score out of 100
+        body.append(f'<div class="total" id="total">{esc(scope.total(result, todos, lang))}</div><p class="muted" id="scope">{esc(scope.note(result, todos, lang))}</p>')
+    else:
+        body.append(f'<div class="total" id="total">{result.score:g} / {result.max_score:g}</div>')
     not_run = [item for item in result.items if item.status == NOT_RUN]
     if not_run and result.error is None:
         body.append(f'<p class="muted">{esc(say("scaled", lang))}</p>')
@@ -206,12 +211,13 @@ def _card(result: GradeResult, lang: str, numbering: str) -> str:
     return "".join(body) + _footer(result, lang)
 
 
-def fragment(result: GradeResult, lang: str, numbering: str = "order") -> str:
-    """The card alone, styles included and scoped: what a notebook shows inline."""
+def fragment(result: GradeResult, lang: str, numbering: str = "order", todos: Sequence[str] = ()) -> str:
+    """The card alone, styles included and scoped: what a notebook shows inline.  `todos`: the
+    TODOs a check was limited to (grader.check("todo3")): the total is their points."""
 
     def draw(clean: GradeResult) -> str:
         lang_attr = "zh-CN" if lang == "zh" else "en"
-        return f'<div class="pa-card" lang="{lang_attr}"><style>{CARD_STYLE}</style>{_card(clean, lang, numbering)}</div>'
+        return f'<div class="pa-card" lang="{lang_attr}"><style>{CARD_STYLE}</style>{_card(clean, lang, numbering, todos)}</div>'
 
     return fit(draw, utf8_size, result)
 
@@ -220,7 +226,7 @@ def render(result: GradeResult, lang: str) -> str:
     """The scorecard as a page of its own, under about 1 MiB whatever the submission did."""
 
     def draw(clean: GradeResult) -> str:
-        title = f"{say('scorecard', lang)}{colon(lang)}{PurePath(clean.submission).name}"
+        title = f"{say('scorecard', lang)}{colon(lang)}{clean.shown_name}"
         return page(title, f'<div class="pa-card">{_card(clean, lang, "order")}</div>', lang, CARD_STYLE)
 
     return fit(draw, utf8_size, result)

@@ -8,7 +8,6 @@ code spans longer than any backtick run inside it, so nothing can turn into HTML
 from __future__ import annotations
 
 import re
-from pathlib import PurePath
 
 from grader.report import cells
 from grader.report.budget import fit, utf8_size
@@ -121,7 +120,7 @@ def render(result: GradeResult, lang: str) -> str:
 
 
 def _render(result: GradeResult, lang: str) -> str:
-    name = PurePath(result.submission).name
+    name = result.shown_name
     lines = [f"## {say('scorecard', lang)}{colon(lang)}{inline(name)}", ""]
     lines.append(f"**{say('total', lang)}{colon(lang)}{result.score:g} / {result.max_score:g}**")
     not_run = [item for item in result.items if item.status == NOT_RUN]

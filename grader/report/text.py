@@ -9,7 +9,10 @@ line of its own.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from grader.report import cells as cell_info
+from grader.report import scope
 from grader.report.budget import sanitized
 from grader.report.labels import colon, paren, status_word, todo_name, word
 from grader.report.pictures import picture_text
@@ -70,8 +73,10 @@ def failure_lines(failure: Failure, lang: str, first: bool) -> list[str]:
     return lines
 
 
-def _header(result: GradeResult, lang: str) -> str:
-    return f"{word('score', lang)}{colon(lang)}{result.score:g} / {result.max_score:g}   ({result.submission})"
+def _header(result: GradeResult, lang: str, todos: Sequence[str] = ()) -> str:
+    """The total, or the points of the TODOs checked (grader.check("todo3")), and the file's name."""
+    points = scope.total(result, todos, lang) or f"{word('score', lang)}{colon(lang)}{result.score:g} / {result.max_score:g}"
+    return f"{points}   ({result.submission_name or result.submission})"
 
 
 def _raised(result: GradeResult, lang: str, numbering: str) -> list[str]:
@@ -96,11 +101,14 @@ def _skipped(result: GradeResult, lang: str, numbering: str) -> list[str]:
     return lines
 
 
-def render(result: GradeResult, lang: str, *, quiet: bool = False, numbering: str = "order") -> str:
+def render(result: GradeResult, lang: str, *, quiet: bool = False, numbering: str = "order", todos: Sequence[str] = ()) -> str:
+    """`todos`: the TODOs a check was limited to (grader.check("todo3")): the header shows their points."""
     result = sanitized(result)
     if quiet:
-        return render_quiet(result, lang, numbering=numbering)
-    lines = [_header(result, lang)]
+        return render_quiet(result, lang, numbering=numbering, todos=todos)
+    lines = [_header(result, lang, todos)]
+    if scope.note(result, todos, lang):
+        lines.append(f"* {scope.note(result, todos, lang)}")
     if result.error is not None:
         lines.append(f"{word('unreadable', lang)}{colon(lang)}{one_line(result.error.message.get(lang), 600)}")
         return "\n".join(lines) + "\n"
@@ -147,10 +155,10 @@ def _item_line(item: ItemResult, lang: str) -> str:
     return line
 
 
-def render_quiet(result: GradeResult, lang: str, *, numbering: str = "order") -> str:
+def render_quiet(result: GradeResult, lang: str, *, numbering: str = "order", todos: Sequence[str] = ()) -> str:
     """One line per item (and per cell that raised, first)."""
     result = sanitized(result)
-    lines = [_header(result, lang)]
+    lines = [_header(result, lang, todos)]
     if result.error is not None:
         lines.append(f"✗ {word('unreadable', lang)}{colon(lang)}{one_line(result.error.message.get(lang), 300)}")
         return "\n".join(lines) + "\n"
