@@ -66,7 +66,7 @@ class Pool(ContractState, PoolScript):
         self.script: Script = ctx.script
         self.requests: list[Req] = []
         self.diverged = False  # a step broke another item's property: later steps are guarded
-        self.broke: Broke | None = None  # the call after which some block first was not in exactly one place
+        self.broke: dict[int, Broke] = {}  # per block: the call after which it first was not in exactly one place
         # What ran, as a program run_program() can run again (grader/checks/allocation.py).
         self.program: list[tuple[Any, ...]] = [("pool", num_blocks, block_size, head_dim)]
         self.script.add(f"m = KVCacheManager(num_blocks={num_blocks}, block_size={block_size}, head_dim={head_dim})")
@@ -93,11 +93,13 @@ class Pool(ContractState, PoolScript):
         return State(list(self.free), {r.name: (r.seq_len, list(r.table)) for r in self.requests})
 
     def _adopt(self, state: State, step: str = "", error: dict[str, Any] | None = None) -> None:
-        if self.broke is None and step:
-            lost = misplaced(state, self.num_blocks)
-            if lost and not misplaced(self._state(), self.num_blocks):
+        if step:
+            was = set(misplaced(self._state(), self.num_blocks))
+            new = [b for b in misplaced(state, self.num_blocks) if b not in was and b not in self.broke]
+            if new:
                 raised = f"{error.get('type')}: {str(error.get('message', ''))[:120]}" if error else ""
-                self.broke = Broke(step, self._state(), state, lost, raised)
+                broke = Broke(step, self._state(), state, new, raised)
+                self.broke.update(dict.fromkeys(new, broke))
         self.free = list(state.free)
         for r in self.requests:
             r.seq_len, r.table = state.requests[r.name][0], list(state.requests[r.name][1])
@@ -315,8 +317,8 @@ class Pool(ContractState, PoolScript):
             bad = misplaced(after, self.num_blocks)
             everyone = self._others()
             already = [b for b in bad if b in misplaced(before, self.num_blocks)]
-            if already and self.broke is not None:
-                earlier = self.broke  # what this call found broken, it did not break: the picture shows who did
+            if already and already[0] in self.broke:
+                earlier = self.broke[already[0]]  # what this call found broken, it did not break: the picture shows who did
             zh_more, en_more = "", ""
             if already:
                 by = earlier.step if earlier is not None else ""

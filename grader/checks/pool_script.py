@@ -79,7 +79,8 @@ class PoolScript:
     def _went_on(self: Pool, o: Outcome, prop: str, what: Text) -> list[Line]:
         """A step that broke `prop` (another item's), written so that the script runs past it on the
         student's code and on a correct one, and hides nothing the student's code raised there:
-        its exception class is caught by name and printed, and a comment says what went wrong."""
+        its exception class is caught by name and printed, a comment says what went wrong, and an
+        OOM the contract asks for is asserted where both the code and a correct solution raise."""
         said = Text(f"你的代码在这里已经违反了 {prop}：{_short(what.zh)}", f"here your code already breaks {prop}: {_short(what.en)}")
         catch: list[str] = []
         if o.error is not None:
@@ -91,16 +92,19 @@ class PoolScript:
         catch = list(dict.fromkeys(catch))
         if not catch:  # it returned, and so does a correct solution here
             return [Line(o.step, said.en, said.zh)]
+        if o.error is not None:
+            did = (f"your code raised {_named(o.error)} here", f"你的代码在这里抛出了 {_named(o.error)}")
+        elif self.diverged:
+            did = (f"your code returned here; {DIVERGED[0]}", f"你的代码在这里正常返回；{DIVERGED[1]}")
+        else:
+            did = ("your code returned here; a correct solution raises an OOM", "你的代码在这里正常返回；正确的实现在这里抛出 OOM")
         caught = catch[0] if len(catch) == 1 else "(" + ", ".join(catch) + ")"
-        return [
-            Line("", said.en, said.zh),
-            Line("try:"),
-            Line(f"    {o.step}"),
-            Line(f"except {caught} as error:", *((f"your code raised {_named(o.error)} here", f"你的代码在这里抛出了 {_named(o.error)}") if o.error else
-                                                (f"your code returned here; {DIVERGED[0] if self.diverged else 'a correct solution raises an OOM'}",
-                                                 f"你的代码在这里正常返回；{DIVERGED[1] if self.diverged else '正确的实现在这里抛出 OOM'}"))),
-            Line(f'    print(f"{o.step}: {{error!r}}")'),
-        ]
+        lines = [Line("", said.en, said.zh), Line("try:"), Line(f"    {o.step}"), Line(f"except {caught} as error:", *did),
+                 Line(f'    print(f"{o.step}: {{error!r}}")')]
+        if o.oom_expected and o.error is not None and not self.diverged:  # both raise here: the OOM asserted
+            lines += [Line("else:"), Line(f'    raise AssertionError("{o.step}: RuntimeError (OOM) expected")',
+                                          code_zh=f'    raise AssertionError("{o.step}：应抛出 RuntimeError（OOM）")')]
+        return lines
 
     def _violation(self: Pool, prop: str, o: Outcome, asserts: list[Assert], zh: str, en: str, *, expected: str | Text, actual: str | Text,
                    highlight: list[int], call: list[Line] | None = None, earlier: Broke | None = None) -> None:

@@ -227,7 +227,7 @@ class _Cache:
             "之后的读取或对池的写入改变了 get_physical_cache 之前返回的张量（返回了池的视图或复用的缓冲区？返回值属于调用者）",
             "a later read or write to the pool changed a tensor get_physical_cache returned earlier (a view of the pool, or a buffer used again? a result belongs to its caller)",
             Text("之前的结果不变", "earlier results unchanged"),
-            Text(f"被改变：{', '.join(changed)}", f"changed: {', '.join(changed)}"),
+            Text(f"被改变：{'、'.join(label.replace('read ', '第 ') + ' 次读取' for label in changed)}", f"changed: {', '.join(changed)}"),  # labels "read 1", ...
             [("all(torch.equal(a.nan_to_num(1e30), b.nan_to_num(1e30)) for a, b in kept)",
               "an earlier result changed: {[i for i, (a, b) in enumerate(kept) if not torch.equal(a.nan_to_num(1e30), b.nan_to_num(1e30))]}",
               "之前的返回值被改变：{[i for i, (a, b) in enumerate(kept) if not torch.equal(a.nan_to_num(1e30), b.nan_to_num(1e30))]}")],

@@ -388,7 +388,8 @@ def attention_text(picture: dict[str, Any], lang: str) -> list[str]:
         value = errors[s][h]
         shown = "NaN/inf" if value is None else f"{value:.3g}"
         summary += f"；{w('worst', lang)}：{w('seq', lang)} {s}，{w('head', lang)} {h} = {shown}" if lang == "zh" else f"; worst: sequence {s}, head {h} = {shown}"
-    return [summary, *lines, "· ≤ tol   ▒ ≤ 100×tol   █ > 100×tol   N = NaN/inf"]
+    tol_word = w("tolerance", lang) if lang == "zh" else "tol"
+    return [summary, *lines, f"· ≤ {tol_word}   ▒ ≤ 100×{tol_word}   █ > 100×{tol_word}   N = NaN/inf"]
 
 
 def picture_svg(picture: dict[str, Any] | None, lang: str) -> str:
