@@ -98,6 +98,9 @@ def call(ctx: ItemContext, case: Case, keep: int | None = None) -> Called:
         what = f"{error.get('type')}: {str(error.get('message'))[:300]}"
         # NotImplementedError for part of the domain only; a value the worker would not send is an answer.
         kind = "not_implemented" if error.get("not_implemented") else "wrong" if error.get("rejected_return") else "error"
+        if error.get("rejected_return"):  # our words, not the submission's: said in both languages
+            said = Text(str(error.get("message_zh") or error.get("message"))[:300], str(error.get("message"))[:300])
+            return Called(Verdict(kind, f"paged_attention 的返回值不符合要求：{said.zh}", f"paged_attention returned a value the contract does not allow: {said.en}", actual=said), [], None)
         return Called(Verdict(kind, f"paged_attention 意外抛出 {what}", f"paged_attention raised {what}", actual=what, traceback=str(error.get("traceback", ""))), [], None)
     value = reply.value if isinstance(reply.value, dict) else {}
     digests = value.get("input_digests") or {}

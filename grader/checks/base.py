@@ -366,11 +366,12 @@ def student_error(ctx: ItemContext, reply: Reply, what: str, todo_label: str) ->
             )
         )
     if error.get("rejected_return"):
+        message_zh = str(error.get("message_zh") or message)[:500]
         return ctx.fail(
             "wrong",
-            f"{what} 的返回值不符合要求：{message}",
+            f"{what} 的返回值不符合要求：{message_zh}",
             f"{what} returned a value the contract does not allow: {message}",
-            actual=message,
+            actual=Text(message_zh, message),
         )
     hint_zh = hint_en = ""
     if etype == "TypeError" and "argument" in message:

@@ -35,9 +35,6 @@ class State:
             "lens": {name: n for name, (n, _) in self.requests.items()},
         }
 
-    def text(self) -> str:
-        tables = ", ".join(f"{name}.block_table={t}" for name, (_, t) in self.requests.items() if t)
-        return f"free_blocks={self.free}" + (f", {tables}" if tables else "")
 
 
 class ContractState:

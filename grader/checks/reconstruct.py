@@ -245,9 +245,9 @@ def _read(ctx: ItemContext, cache: _Cache, table: list[int], seq_len: int, write
         if error.get("not_implemented") and ctx.nothing_yet():
             raise student_error(ctx, reply, "m.get_physical_cache(r)", LABEL)
         if error.get("rejected_return"):  # a value the worker would not send: an answer, not a crash
-            message = str(error.get("message"))[:300]
-            return Problem(index, f"get_physical_cache 的返回值不符合要求：{message}", f"get_physical_cache returned a value the contract does not allow: {message}",
-                           Text("形状为 [seq_len, head_dim] 的张量", "a tensor of shape [seq_len, head_dim]"), message, [])
+            message, message_zh = str(error.get("message"))[:300], str(error.get("message_zh") or error.get("message"))[:300]
+            return Problem(index, f"get_physical_cache 的返回值不符合要求：{message_zh}", f"get_physical_cache returned a value the contract does not allow: {message}",
+                           Text("形状为 [seq_len, head_dim] 的张量", "a tensor of shape [seq_len, head_dim]"), Text(message_zh, message), [])
         what = f"{error.get('type')}: {str(error.get('message'))[:300]}"
         return Problem(index, f"get_physical_cache 意外抛出 {what}", f"get_physical_cache raised {what}", Text("返回一个张量", "a tensor returned"), what, [], "error")
     ctx.kept.add(key, tensor_digest(reply.value), f"read {index + 1}")
