@@ -2,7 +2,7 @@
 
     import grader
     grader.check()            # every TODO
-    grader.check("todo3")     # only TODO 3's items (about half the time of all five)
+    grader.check("todo3")     # only TODO 3's items (about half the time): the card shows TODO 3's points
     grader.check(lang="en")
 
 It grades the cells this kernel has run so far, in the order they ran (IPython's input
@@ -11,7 +11,10 @@ in the sandbox, through IPython, in a copy of the notebook's folder (where the k
 and checks them with the same rubric. Nothing of the kernel is used but the
 text of those cells: not its objects, not its modules (a patched `torch` or `grader` in the
 kernel changes nothing). The scorecard is shown inline (HTML in a notebook front end, text in
-a terminal) and returned: `.score` out of 100 (over the items graded), `.items`.
+a terminal) and returned: `.score` out of 100 (over the items graded), `.points` and
+`.possible` (the points of the TODOs checked: 17 and 25 for TODO 3), `.items`.  The card is
+titled with the notebook's file name: the one the front end gives the kernel, else the
+notebook in the kernel's folder whose code cells are the ones that ran.
 
 Cell numbers are the kernel's execution counts, `In [n]`, as the notebook shows them.
 `grader.check` lines themselves are never graded (grader/checkcalls.py).
@@ -79,6 +82,15 @@ class CheckResult:
         return self.result.max_score
 
     @property
+    def points(self) -> float:
+        """Points earned in the TODOs checked (every TODO: the same as .score)."""
+        return sum(got for got, _ in self.result.todo_scores().values()) if self.todos else self.score
+
+    @property
+    def possible(self) -> float:
+        return sum(possible for _, possible in self.result.todo_scores().values()) if self.todos else self.max_score
+
+    @property
     def items(self) -> list[ItemResult]:
         return self.result.items
 
@@ -87,10 +99,13 @@ class CheckResult:
         return [item.id for item in self.items if item.status == FAILED]
 
     def __repr__(self) -> str:
+        from grader.report import scope
+
         passed = sum(1 for item in self.items if item.status == PASSED)
+        total = scope.total(self.result, self.todos, self.lang) or f"{self.score:g} / 100"
         if self.lang == "zh":
-            return f"<grader.check：{self.score:g} / 100，通过 {passed} 个评分项，未通过 {len(self.failed)} 个>"
-        return f"<grader.check: {self.score:g} / 100, {passed} item{'s' * (passed != 1)} passed, {len(self.failed)} failed>"
+            return f"<grader.check：{total}，通过 {passed} 个评分项，未通过 {len(self.failed)} 个>"
+        return f"<grader.check: {total}, {passed} item{'s' * (passed != 1)} passed, {len(self.failed)} failed>"
 
 
 def _shell() -> Any:
@@ -116,12 +131,51 @@ def history(shell: Any) -> list[tuple[int, str]]:
     return [(number, source) for number, source in enumerate(raw) if number > 0 and isinstance(source, str) and source.strip()]
 
 
-def _notebook_name(shell: Any) -> str:
-    # Jupyter Server names the notebook in the kernel's environment; VS Code in a variable.
-    for candidate in (os.environ.get("JPY_SESSION_NAME"), getattr(shell, "user_ns", {}).get("__vsc_ipynb_file__")):
+def _notebook_name(shell: Any, folder: str | None = None, cells: list[tuple[int, str]] = ()) -> str:
+    """The notebook's file: as the front end names it to the kernel (Jupyter Server in the
+    environment or as __session__, VS Code in a variable), else the notebook of the kernel's
+    folder whose code cells are most like the cells that ran."""
+    user_ns = getattr(shell, "user_ns", {})
+    named = [os.environ.get("JPY_SESSION_NAME"), user_ns.get("__vsc_ipynb_file__")]
+    session = user_ns.get("__session__")  # ipykernel's copy of the session's name (a console has one too)
+    if isinstance(session, str) and session.endswith(".ipynb"):
+        named.append(session)
+    for candidate in named:
         if isinstance(candidate, str) and candidate.strip():
             return candidate
-    return "notebook.ipynb"
+    return _likeliest_notebook(folder, cells) or "notebook.ipynb"
+
+
+MAX_NOTEBOOKS, MAX_NOTEBOOK_BYTES = 40, 8 << 20  # the folder's notebooks read to find which one is running
+
+
+def _likeliest_notebook(folder: str | None, cells: list[tuple[int, str]]) -> str | None:
+    """The .ipynb of `folder` sharing the most code cells with `cells` (the only one, when there is
+    one); None when none shares any, or two share as many."""
+    if not folder:
+        return None
+    try:
+        found = sorted(p for p in Path(folder).glob("*.ipynb") if p.is_file())[:MAX_NOTEBOOKS]
+    except OSError:
+        return None
+    if len(found) == 1:
+        return found[0].name
+    ran = {" ".join(source.split()) for _, source in cells}
+    scores: list[tuple[int, str]] = []
+    for path in found:
+        try:
+            if path.stat().st_size > MAX_NOTEBOOK_BYTES:
+                continue
+            data = json.loads(path.read_text(encoding="utf-8"))
+            sources = ["".join(c.get("source", "")) if isinstance(c.get("source"), list) else str(c.get("source", ""))
+                       for c in data.get("cells", []) if isinstance(c, dict) and c.get("cell_type") == "code"]
+        except (OSError, ValueError, AttributeError, TypeError):
+            continue
+        scores.append((sum(" ".join(source.split()) in ran for source in sources if source.strip()), path.name))
+    scores.sort(reverse=True)
+    if not scores or scores[0][0] == 0 or (len(scores) > 1 and scores[1][0] == scores[0][0]):
+        return None
+    return scores[0][1]
 
 
 def _notebook_folder(shell: Any) -> str:
@@ -155,8 +209,9 @@ def check(todo: str | int | None = None, *, lang: str | None = None) -> CheckRes
         print(_say("nothing", lang), file=sys.stderr)
         return None
     started = time.monotonic()
+    folder = _notebook_folder(shell)
     try:
-        result = grade_history(cells, _notebook_name(shell), todos, folder=_notebook_folder(shell))
+        result = grade_history(cells, _notebook_name(shell, folder, cells), todos, folder=folder)
     except KeyboardInterrupt:
         print(_say("interrupted", lang), file=sys.stderr)
         return None
@@ -171,11 +226,11 @@ def check(todo: str | int | None = None, *, lang: str | None = None) -> CheckRes
 def show(outcome: CheckResult) -> None:
     from grader.report import html, text
 
-    plain = text.render(outcome.result, outcome.lang, numbering="run")
+    plain = text.render(outcome.result, outcome.lang, numbering="run", todos=outcome.todos)
     try:
         from IPython.display import display
 
-        rich = html.fragment(outcome.result, outcome.lang, numbering="run")
+        rich = html.fragment(outcome.result, outcome.lang, numbering="run", todos=outcome.todos)
         display({"text/plain": plain, "text/html": rich}, raw=True)
     except ImportError:
         print(plain)
@@ -238,6 +293,7 @@ def child_main(request: Path, answer: Path) -> int:
     result = grade_submission(submission, config, resolve_device("auto"), data["todos"] or None)
     result.seconds = round(time.monotonic() - started, 3)
     result.notes.insert(0, Text(*NOTE_RUN))
+    result.submission_name = name.name  # the card's title: the notebook's own name, not the copy's path
     annotate(sanitize_result(result), cells, numbering="run")  # sanitised first: bounded work
     answer.write_text(json.dumps(sanitize_result(result).to_dict(), ensure_ascii=True), encoding="utf-8")
     return 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -39,14 +40,24 @@ class Failure:
     traceback: str = ""
     # Structured data for a picture of the failing state (reports draw it; absent: no picture).
     #   {"kind": "pool", "num_blocks": int, "step": str,
-    #    "before": {"free": [int], "tables": {name: [int]}}, "after": {...}, "highlight": [int]}
+    #    "before": {"free": [int], "tables": {name: [int]}, "lens": {name: seq_len}}, "after": {...},
+    #    "highlight": [int], "earlier": {"step", "before", "after", "highlight"} (optional: the call
+    #    that first broke what the failing call found broken)}
     #   {"kind": "attention", "errors": [[float]] (per sequence, per query head: max |out - expected|),
     #    "tolerance": float, "dtype": str, "worst": [seq, head]}
     picture: dict[str, Any] | None = None
     repro_zh: str = ""  # the same reproduction with its comments in Chinese (empty: use `repro`)
+    expected_zh: str = ""  # `expected` and `actual` in Chinese, where they hold words (empty: the same)
+    actual_zh: str = ""
 
     def repro_for(self, lang: str) -> str:
         return self.repro_zh if lang == "zh" and self.repro_zh else self.repro
+
+    def expected_for(self, lang: str) -> str:
+        return self.expected_zh if lang == "zh" and self.expected_zh else self.expected
+
+    def actual_for(self, lang: str) -> str:
+        return self.actual_zh if lang == "zh" and self.actual_zh else self.actual
 
 
 @dataclass
@@ -106,6 +117,12 @@ class GradeResult:
     random_cases: dict[str, str] = field(default_factory=dict)  # {"kind": "secret" | "public" | "given", "zh": ..., "en": ...}
     skipped: list[SkippedLine] = field(default_factory=list)  # lines not run while grading (shell, installs, debuggers)
     folder_sha256: str = ""  # a batch's: the notebook folder's files as graded (grader/folder.py folder_digest)
+    submission_name: str = ""  # the student's own file name, where `submission` is another path (a copy, a kernel's history)
+
+    @property
+    def shown_name(self) -> str:
+        """The file name a card is titled with: the student's own, else the graded path's."""
+        return self.submission_name or PurePath(self.submission).name
 
     @property
     def max_score(self) -> float:
@@ -169,6 +186,7 @@ class GradeResult:
             random_cases={str(k): str(v) for k, v in (data.get("random_cases") or {}).items()},
             skipped=[SkippedLine(**s) for s in data.get("skipped") or [] if isinstance(s, dict)],
             folder_sha256=str(data.get("folder_sha256") or ""),
+            submission_name=str(data.get("submission_name") or ""),
         )
 
 

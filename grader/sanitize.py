@@ -201,6 +201,8 @@ def _failure(failure: Failure | None, limits: FieldLimits) -> Failure | None:
         repro_zh=safe_block(failure.repro_zh, limits.code, limits.lines),
         expected=safe_line(failure.expected, limits.value),
         actual=safe_line(failure.actual, limits.value),
+        expected_zh=safe_line(failure.expected_zh, limits.value),
+        actual_zh=safe_line(failure.actual_zh, limits.value),
         traceback=safe_block(failure.traceback, limits.value, limits.lines, keep="tail"),
         picture=normalise_picture(failure.picture, safe_line),  # the renderers' own schema check
     )
@@ -312,6 +314,7 @@ def sanitize_result(result: GradeResult, limits: FieldLimits = DEFAULT_LIMITS) -
     Call it wherever results enter: after grading (the `grade` command, `grader.check()`) and
     after reading results back (`GradeResult.from_dict` of an imported results.json)."""
     result.submission = safe_line(result.submission, limits.value // 4)
+    result.submission_name = safe_line(result.submission_name, limits.value // 4)
     result.sha256 = safe_line(result.sha256, limits.short)
     result.config_digest = safe_line(result.config_digest, limits.short)
     result.device = safe_line(result.device, limits.short)

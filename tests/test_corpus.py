@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from grader.config import load_config
+from grader.results import ItemResult
 from tests.conftest import CORPUS, failing_todos, grade_all, graded
 
 pytestmark = pytest.mark.slow
@@ -191,3 +193,54 @@ def test_non_finite_answers_still_get_a_reproduction(tmp_path: Path) -> None:
     path.write_text(source.replace(answer, "        return torch.full((req.seq_len, self.head_dim), float('inf'))\n"), encoding="utf-8")
     item = next(i for i in graded(path).items if i.id == "todo4.table_order")
     assert item.failure.kind == "wrong" and "inf" in item.failure.message.en and item.failure.repro
+
+
+def _failed(paths: list[Path]) -> list[tuple[str, ItemResult]]:
+    out = []
+    for path in paths:
+        result = graded(path, _pacing_config()) if path.stem.startswith("slow_") else graded(path)
+        out += [(f"{path.name} {item.id}", item) for item in result.items if item.status == "failed" and item.failure is not None]
+    return out
+
+
+def test_no_card_shows_the_same_expected_and_actual() -> None:
+    """A card whose expected and actual read the same says nothing (issue 21: a decode that raised
+    seq_len before its OOM showed one free list and table twice): each shows the fields that differ."""
+    same = []
+    for label, item in _failed([*BUGGY, *GAMING]):
+        failure = item.failure
+        assert failure is not None
+        if failure.expected or failure.actual:
+            same += [f"{label} ({lang}): {failure.expected_for(lang)!r}" for lang in ("en", "zh") if failure.expected_for(lang) == failure.actual_for(lang)]
+    assert not same, same
+
+
+# A word of English in a Chinese card, once code (identifiers, calls, values) is taken out.
+_CODE = re.compile(r"[\w.]*[_.(\[=\d][\w.()\[\]=,:'\-+*/ ]*")
+_NAMES = {"OOM", "RuntimeError", "ValueError", "TypeError", "IndexError", "MemoryError", "NotImplementedError", "AssertionError",
+          "NaN", "inf", "KV", "GQA", "TODO", "int", "list", "dict", "tuple", "torch", "Tensor", "True", "False", "None", "dtype", "cpu", "cuda",
+          "prefill", "decode", "token", "query", "softmax", "logits", "scale", "GPU", "CUDA", "SDPA"}  # the course's own terms
+
+
+def english_words(text: str) -> list[str]:
+    text = _CODE.sub(" ", re.sub(r"\{[^{}]*\}|\|[^|]*\|", " ", text))  # f-string fields and |a - b| are code too
+    return [w for w in re.findall(r"[A-Za-z]{2,}", text) if w not in _NAMES]
+
+
+def test_chinese_cards_say_expected_actual_and_comments_in_chinese() -> None:
+    """Everything of ours in a Chinese card is Chinese: expected, actual (less the submission's own
+    exception text), and the reproduction's comments and assert messages."""
+    found = []
+    for label, item in _failed([*BUGGY, *GAMING]):
+        failure = item.failure
+        assert failure is not None
+        raised = failure.actual_zh == "" and re.match(r"^[A-Za-z_][\w.]*: ", failure.actual)  # the submission's exception, as it said it
+        for what, text in (("expected", failure.expected_for("zh")), ("actual", "" if raised else failure.actual_for("zh"))):
+            if english_words(text):
+                found.append(f"{label} {what}: {text[:120]!r}")
+        for line in failure.repro_for("zh").splitlines():
+            said = line.split("  # ", 1)[1] if "  # " in line else line[2:] if line.startswith("# ") else ""
+            said += " ".join(re.findall(r'f"([^"]*)"', line)) if line.lstrip().startswith("assert ") else ""
+            if english_words(said):
+                found.append(f"{label} repro: {line.strip()[:120]!r}")
+    assert not found, sorted(set(found))[:40]

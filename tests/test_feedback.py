@@ -10,6 +10,8 @@ from html import unescape as html_unescape
 
 import pytest
 
+from grader.checks.pool_diff import differing, misplaced, places, unchanged
+from grader.checks.pool_state import State
 from grader.report import cells, gradescope, html, markdown, text
 from grader.report.budget import MAX_REPORT_BYTES
 from grader.report.labels import plural
@@ -207,3 +209,34 @@ def test_later_tracebacks_keep_their_last_frames() -> None:
     oom.failure.traceback = frames  # type: ignore[union-attr]
     shown = text.render(result, "en").split("todo3.oom_rollback")[1].split("todo4")[0]
     assert "… 6 more lines" in shown and "in f10" in shown and "in f7" in shown and "in f6" not in shown
+
+
+def test_expected_and_actual_are_the_fields_that_differ() -> None:
+    """The issue's card: a decode that raised seq_len before its OOM showed the same free list and
+    table as expected and as actual; the one field that changed is what both show now."""
+    before = State([], {"r0": (3, [0, 1, 2]), "r1": (1, [])})
+    after = State([], {"r0": (4, [0, 1, 2]), "r1": (1, [])})
+    expected, actual = unchanged(before, after, free_order=True)
+    assert (expected.en, actual.en) == ("as before the call: r0.seq_len=3", "r0.seq_len=4")
+    assert (expected.zh, actual.zh) == ("与调用前相同：r0.seq_len=3", "r0.seq_len=4")
+    # The free list in another order is no change where its order is the code's own business.
+    moved = State([2, 1], {"r0": (3, [0])})
+    assert differing(State([1, 2], {"r0": (3, [0])}), moved, free_order=False) == []
+    assert differing(State([1, 2], {"r0": (3, [0])}), moved) == ["free_blocks"]
+    # Ownership: each block out of place, and where it is.
+    broken = State([1, 1], {"r0": (2, [0]), "r1": (2, [0])})
+    assert misplaced(broken, 4) == [0, 1, 2, 3]
+    assert places(broken, [0, 3]).en == "block 0: r0.block_table, r1.block_table; block 3: nowhere"
+    assert places(broken, [1]).zh == "块 1：free_blocks、free_blocks"
+
+
+def test_cards_say_expected_and_actual_in_the_cards_language() -> None:
+    failure = Failure("wrong", Text("失败", "failed"), expected="r0.seq_len=3", actual="r0.seq_len=4", expected_zh="与调用前相同：r0.seq_len=3")
+    assert failure.expected_for("zh") == "与调用前相同：r0.seq_len=3" and failure.expected_for("en") == "r0.seq_len=3"
+    assert failure.actual_for("zh") == "r0.seq_len=4"  # a value only: the same in both
+    result = picture_result()
+    result.items[0].failure = failure
+    result.items[0].status = FAILED
+    for render in (text.render, markdown.render, html.render):
+        assert "与调用前相同：r0.seq_len=3" in render(result, "zh") and "与调用前相同" not in render(result, "en")
+    assert "与调用前相同：r0.seq_len=3" in json.dumps(gradescope.to_results_json(result, "zh"), ensure_ascii=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -52,7 +53,8 @@ def test_check_todo3_after_a_buggy_decode_shows_the_failures_and_a_score_below_1
     check, summary = nb.cells[-2], nb.cells[-1]
     [shown] = _displays(check)
     plain, page = shown["text/plain"], shown["text/html"]
-    assert plain.startswith("Score: ") and "✗ todo3.growth" in plain and "Smallest reproduction" in plain
+    assert plain.startswith("TODO 3 decode growth: ") and " / 25   (" in plain.splitlines()[0]  # that TODO's points
+    assert "✗ todo3.growth" in plain and "Smallest reproduction" in plain
     assert "m.allocate_for_decode(" in plain  # the reproduction: code to paste after the cells
     assert "todo1." not in plain and "todo5." not in plain  # only TODO 3's items ran
     assert page.startswith('<div class="pa-card"') and 'class="repro"' in page
@@ -115,6 +117,60 @@ def test_check_shows_the_card_and_returns_score_and_items(monkeypatch: pytest.Mo
     assert repr(result) == f"<grader.check: {result.score:g} / 100, {passed} items passed, {failed} failed>"
     [data] = shown
     assert data["text/plain"].startswith("Score: ") and data["text/html"].count("<svg") == 2
+
+
+def test_a_todos_check_shows_that_todos_points(monkeypatch: pytest.MonkeyPatch) -> None:
+    """grader.check("todo3") grades TODO 3 alone: 17 of its 25 points read "17 / 25", not "68 / 100"."""
+    shown: list[dict] = []
+    only = picture_result()
+    only.items = [i for i in only.items if i.todo == "todo3"]
+    got, possible = only.todo_scores()["todo3"]
+    assert (got, possible) == (7, 25) and only.score == 28  # the scaled score the card used to print
+    monkeypatch.setattr(notebook, "_shell", lambda: FakeShell(["", "x = 1"]))
+    monkeypatch.setattr(notebook, "grade_history", lambda cells, name, todos, folder=None: only)
+    import IPython.display
+
+    monkeypatch.setattr(IPython.display, "display", lambda data, raw: shown.append(data))
+    result = grader.check("todo3", lang="en")
+    assert result is not None and (result.points, result.possible) == (7, 25)
+    assert repr(result).startswith("<grader.check: TODO 3 decode growth: 7 / 25, ")
+    [data] = shown
+    plain, page = data["text/plain"], data["text/html"]
+    assert plain.startswith("TODO 3 decode growth: 7 / 25   (student.ipynb)") and "Score:" not in plain and "28 / 100" not in plain
+    assert "only TODO 3 checked" in plain.splitlines()[1]
+    assert re.search(r'<div class="total" id="total">TODO 3 decode growth: 7 / 25</div>', page) and "28 / 100" not in page
+    shown.clear()
+    chinese = grader.check(3, lang="zh")
+    assert chinese is not None and repr(chinese).startswith("<grader.check：TODO 3 Decode 扩容：7 / 25，")
+    assert shown[0]["text/plain"].startswith("TODO 3 Decode 扩容：7 / 25")
+    # A whole check keeps its score out of 100.
+    assert text_header(picture_result(), ()).startswith("Score: ")
+
+
+def text_header(result: object, todos: tuple[str, ...]) -> str:
+    from grader.report import text
+
+    return text.render(result, "en", todos=todos).splitlines()[0]  # type: ignore[arg-type]
+
+
+def test_the_card_is_titled_with_the_notebooks_own_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a name from the front end, the notebook of the kernel's folder whose code cells ran."""
+    from grader.report import html, markdown
+
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    cells = [(1, "import torch\nx = torch.zeros(2)"), (2, "y = x + 1")]
+    for name, sources in (("paged_attention_student.ipynb", ["import torch\nx = torch.zeros(2)", "y = x + 1"]), ("Untitled.ipynb", ["print(1)"])):
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in sources])
+        nbformat.write(nb, tmp_path / name)
+    shell = FakeShell(["", *(source for _, source in cells)])
+    assert notebook._notebook_name(shell, str(tmp_path), cells) == "paged_attention_student.ipynb"
+    assert notebook._notebook_name(shell, str(tmp_path), [(1, "z = 3")]) == "notebook.ipynb"  # no notebook ran these: no guess
+    shell.user_ns["__session__"] = str(tmp_path / "other.ipynb")  # ipykernel's copy of the session's name wins
+    assert notebook._notebook_name(shell, str(tmp_path), cells) == str(tmp_path / "other.ipynb")
+    result = picture_result()
+    result.submission, result.submission_name = "/tmp/pa-check-x/notebook.ipynb", "paged_attention_student.ipynb"
+    assert "Scorecard: paged_attention_student.ipynb" in html.fragment(result, "en")
+    assert "评分报告：paged\\_attention\\_student\\.ipynb" in markdown.render(result, "zh")
 
 
 def test_a_grader_failure_in_check_is_a_message(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

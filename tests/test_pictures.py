@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from grader.report import html
-from grader.report.pictures import FREE, PALETTE, attention_svg, normalise_picture, pool_svg
+from grader.report.pictures import FREE, PALETTE, attention_svg, normalise_picture, pool_svg, pool_text
 from grader.sanitize import safe_line
 from tests.conftest import ROOT
 from tests.handmade import ATTENTION_PICTURE, POOL_PICTURE, picture_result
@@ -39,6 +39,54 @@ def test_pool_picture_shows_owners_free_lost_shared_and_the_mishandled_block() -
     assert f'fill="{PALETTE[0]}"' in svg and f'fill="{PALETTE[1]}"' in svg and f'fill="{FREE}"' in svg
     assert "4 free blocks" in svg and "3 free blocks" in svg
     assert "调用前" in pool_svg(normalise_picture(POOL_PICTURE, safe_line), "zh") and "4 个空闲块" in pool_svg(normalise_picture(POOL_PICTURE, safe_line), "zh")  # type: ignore[arg-type]
+
+
+def test_pool_picture_says_seq_len_and_marks_what_the_call_changed() -> None:
+    """A decode that raised seq_len before its OOM: the blocks are the same before and after,
+    and the picture still shows what changed (the issue's card drew two identical pools)."""
+    state = {"free": [], "tables": {"r0": [0, 1, 2]}}
+    raw = {"kind": "pool", "num_blocks": 3, "step": "m.allocate_for_decode(r0)", "highlight": [],
+           "before": {**state, "lens": {"r0": 3}}, "after": {**state, "lens": {"r0": 4}}}
+    picture = normalise_picture(raw, safe_line)
+    assert picture is not None
+    svg = pool_svg(picture, "en")
+    changed = re.findall(r'<tspan class="pa-changed"[^>]*>([^<]*)</tspan>', svg)
+    assert changed == [" · r0: [0, 1, 2] seq_len 3 → 4"], changed
+    assert "r0: [0, 1, 2] seq_len=3" in svg  # the before panel: the value, unmarked
+    assert "changed: r0: [0, 1, 2] seq_len 3 → 4" in " ".join(pool_text(picture, "en"))
+    assert "改变: r0: [0, 1, 2] seq_len 3 → 4" in " ".join(pool_text(picture, "zh"))
+
+
+def test_a_call_that_changed_nothing_is_one_panel() -> None:
+    same = {"free": [1], "tables": {"r0": [0]}, "lens": {"r0": 2}}
+    picture = normalise_picture({"kind": "pool", "num_blocks": 2, "step": "m.allocate_for_prefill(r1)", "before": same, "after": same}, safe_line)
+    assert picture is not None
+    assert re.findall(r'data-state="(\w+)"', pool_svg(picture, "en")) == ["unchanged"]
+    assert [line.split(":")[0].strip() for line in pool_text(picture, "en")[:1]] == ["before = after"]
+
+
+def test_the_earlier_call_that_broke_the_pool_is_drawn_first() -> None:
+    """An ownership failure found at a later call, whose blocks an earlier prefill lost on its OOM."""
+    lost = {"free": [1, 2], "tables": {"r0": [0]}, "lens": {"r0": 2, "r1": 11}}
+    raw = {
+        "kind": "pool", "num_blocks": 4, "step": "m.allocate_for_prefill(r2)", "highlight": [3],
+        "before": lost, "after": {"free": [], "tables": {"r0": [0], "r2": [1, 2]}, "lens": {"r0": 2, "r1": 11, "r2": 4}},
+        "earlier": {"step": "m.allocate_for_prefill(r1)", "highlight": [3],
+                    "before": {"free": [1, 2, 3], "tables": {"r0": [0]}, "lens": {"r0": 2, "r1": 11}}, "after": lost},
+    }
+    picture = normalise_picture(raw, safe_line)
+    assert picture is not None and picture["earlier"]["step"] == "m.allocate_for_prefill(r1)"
+    svg = pool_svg(picture, "en")
+    steps = re.findall(r'class="pa-step">([^<]*)<', svg)
+    assert steps == ["① the call that first went wrong: m.allocate_for_prefill(r1)", "② the call where it was found: m.allocate_for_prefill(r2)"]
+    panels = re.findall(r'data-state="(\w+)"(?: data-call="(\w+)")?', svg)
+    assert panels == [("before", "earlier"), ("after", "earlier"), ("before", "this_call"), ("after", "this_call")]
+    earlier_after = re.findall(r'data-call="earlier">(.*?)</g><text', svg, re.S)[1]
+    assert 'data-block="3" data-holders="lost"' in earlier_after  # lost by the earlier call, where it happened
+    text = pool_text(picture, "zh")
+    assert text[0] == "① 最先出错的调用：m.allocate_for_prefill(r1)" and "② 出错被发现的调用：m.allocate_for_prefill(r2)" in text
+    # A malformed earlier call is left out; the failing call is still drawn.
+    assert "earlier" not in (normalise_picture({**raw, "earlier": {"before": "x"}}, safe_line) or {"earlier": 1})
 
 
 def test_attention_heatmap_marks_what_is_beyond_the_tolerance() -> None:

@@ -7,6 +7,8 @@ solution it runs clean.  The Chinese version is the same code with other comment
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from grader.submission import load_submission
@@ -65,3 +67,30 @@ def test_a_reproduction_ends_in_an_assert_stating_expected_and_actual() -> None:
     item = next(i for i in graded(CORPUS / "buggy" / "todo3_mod_eq_one.py").items if i.status == "failed")
     last = item.failure.repro.rstrip().splitlines()[-1]
     assert last.startswith("assert ") and ", f\"" in last, last
+
+
+LOSES_A_BLOCK_ON_OOM = """        if needed > len(self.free_blocks):
+            self.free_blocks.pop(0)  # the mistake: a block lost on the way out of an OOM
+"""
+
+
+def test_a_block_lost_on_oom_costs_the_oom_item_alone(tmp_path: Path) -> None:
+    """A prefill that loses a block when it runs out of memory: one mistake, the OOM item's.  The
+    ownership item does not blame a later call for the block (issue 20: one mistake, its own
+    item); the OOM card draws the call that lost it, and its reproduction hides no exception."""
+    check = "        if needed > len(self.free_blocks):\n"
+    assert check in REFERENCE
+    path = tmp_path / "loses_a_block_on_oom.py"
+    path.write_text(REFERENCE.replace(check, LOSES_A_BLOCK_ON_OOM), encoding="utf-8")
+    items = {i.id: i for i in graded(path).items}
+    assert items["todo2.ownership"].status == "passed", items["todo2.ownership"].failure
+    failure = items["todo2.oom_atomic"].failure
+    assert items["todo2.oom_atomic"].status == "failed" and failure is not None and failure.picture is not None
+    assert failure.picture["step"].startswith("m.allocate_for_prefill(")
+    assert "OOM" in failure.message.en and failure.expected != failure.actual  # the call itself: its own OOM went wrong
+    repro = failure.repro
+    assert "except Exception" not in repro, repro
+    code = path.read_text(encoding="utf-8")
+    (on_submission, line), (on_reference, _) = run_scripts([f"{code}\n\n{repro}\n", f"{REFERENCE}\n\n{repro}\n"])
+    assert on_submission == 1 and line.startswith("AssertionError"), line
+    assert on_reference == 0

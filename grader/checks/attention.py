@@ -36,7 +36,7 @@ from grader.checks.dense import dense_attention, diagnose, tolerance
 from grader.checks.frame import tensor_digest
 from grader.checks.running import Explore, grade_item, run_item
 from grader.checks.script import Line, Script
-from grader.results import Failure
+from grader.results import Failure, Text
 
 LABEL = "TODO 5"
 PASSED = "todo5:right"  # calls whose result was right, whatever their features
@@ -50,8 +50,8 @@ class Verdict:
     kind: str
     zh: str
     en: str
-    expected: str = ""
-    actual: str = ""
+    expected: str | Text = ""
+    actual: str | Text = ""
     asserts: tuple[tuple[str, str], ...] = ()
     picture: dict | None = None
     traceback: str = ""
@@ -94,6 +94,9 @@ def call(ctx: ItemContext, case: Case, keep: int | None = None) -> Called:
         what = f"{error.get('type')}: {str(error.get('message'))[:300]}"
         # NotImplementedError for part of the domain only; a value the worker would not send is an answer.
         kind = "not_implemented" if error.get("not_implemented") else "wrong" if error.get("rejected_return") else "error"
+        if error.get("rejected_return"):  # our words, not the submission's: said in both languages
+            said = Text(str(error.get("message_zh") or error.get("message"))[:300], str(error.get("message"))[:300])
+            return Called(Verdict(kind, f"paged_attention 的返回值不符合要求：{said.zh}", f"paged_attention returned a value the contract does not allow: {said.en}", actual=said), [], None)
         return Called(Verdict(kind, f"paged_attention 意外抛出 {what}", f"paged_attention raised {what}", actual=what, traceback=str(error.get("traceback", ""))), [], None)
     value = reply.value if isinstance(reply.value, dict) else {}
     digests = value.get("input_digests") or {}
@@ -114,7 +117,7 @@ def judge(case: Case, inputs: dict[str, Array], value: dict) -> Verdict | None:
     try:
         answer = decode(value.get("output"))
     except (TypeError, ValueError):
-        return Verdict("wrong", "paged_attention 应返回 torch.Tensor", "paged_attention should return a torch.Tensor", actual=str(value)[:200], asserts=(("isinstance(out, torch.Tensor)", "expected a tensor, got {type(out).__name__}", "应返回张量，实际 {type(out).__name__}"),))
+        return Verdict("wrong", "paged_attention 应返回 torch.Tensor", "paged_attention should return a torch.Tensor", expected="torch.Tensor", actual=str(value)[:200], asserts=(("isinstance(out, torch.Tensor)", "expected a tensor, got {type(out).__name__}", "应返回张量，实际 {type(out).__name__}"),))
     want_shape = list(inputs["query"].shape)
     if list(answer.shape) != want_shape:
         return Verdict("wrong", f"输出形状应为 {want_shape}，实际 {list(answer.shape)}", f"the output shape should be {want_shape}, got {list(answer.shape)}", str(want_shape), str(list(answer.shape)), (shape_assert,))
@@ -124,8 +127,8 @@ def judge(case: Case, inputs: dict[str, Array], value: dict) -> Verdict | None:
             "wrong",
             f"输出应与 query 同 dtype、同设备（{case.dtype}, {case.device}），实际 {answer.dtype}, {out_device}",
             f"the output should have the query's dtype and device ({case.dtype}, {case.device}); got {answer.dtype}, {out_device}",
-            f"{case.dtype} on {case.device}",
-            f"{answer.dtype} on {out_device}",
+            Text(f"{case.dtype}，设备 {case.device}", f"{case.dtype} on {case.device}"),
+            Text(f"{answer.dtype}，设备 {out_device}", f"{answer.dtype} on {out_device}"),
             (shape_assert,),
         )
     if not case.seq_lens:
@@ -159,8 +162,8 @@ def judge(case: Case, inputs: dict[str, Array], value: dict) -> Verdict | None:
             "wrong",
             f"输出含 NaN（{where_zh}）：读到了不该读的位置（多余表项或尾块，它们填的是 NaN），或 softmax 溢出",
             f"the output has NaN ({where}): a slot that must not be read (a padding entry or block tail, filled with NaN) leaked in, or the softmax overflowed",
-            "finite values",
-            "NaN",
+            Text("有限值", "finite values"),
+            Text(f"NaN，位于 [{i}, {h}]", f"NaN at [{i}, {h}]"),
             (shape_assert, value_assert),
             picture,
         )
@@ -171,11 +174,24 @@ def judge(case: Case, inputs: dict[str, Array], value: dict) -> Verdict | None:
         "wrong",
         f"与稠密注意力不一致：{where_zh} 最大误差 {worst_value:.3g}，容差 {tol:.3g}（{case.dtype}）{hint_zh}",
         f"differs from dense attention at {where}: max error {worst_value:.3g}, tolerance {tol:.3g} ({case.dtype}){hint_en}",
-        f"{[round(float(x), 6) for x in reference[i, h, :4]]} ...",
-        f"{[round(float(x), 6) for x in out[i, h, :4]]} ...",
+        *_worst_values(reference[i, h], out[i, h], i, h),
         (shape_assert, value_assert),
         picture,
     )
+
+
+def _worst_values(want: np.ndarray, got: np.ndarray, seq: int, head: int) -> tuple[str, str]:
+    """Expected and actual at the worst (sequence, head): the few dims around the worst one, with as
+    many digits as it takes for the two to differ (they always do: the error is past the tolerance)."""
+    dim = int(np.argmax(np.abs(got - want)))
+    lo = max(0, min(dim - 1, want.shape[0] - 4))
+    hi = min(want.shape[0], lo + 4)
+    where = f"[{seq}, {head}, {lo}:{hi}]"
+    for digits in (6, 9, 12, 17):
+        shown = [f"{where} = [{', '.join(f'{float(x):.{digits}g}' for x in values[lo:hi])}]" for values in (want, got)]
+        if shown[0] != shown[1]:
+            break
+    return shown[0], shown[1]
 
 
 def write_call(script: Script, case: Case, number: int, total: int) -> None:
@@ -365,7 +381,7 @@ def _earlier_output_changed(ctx: ItemContext, script: Script) -> None:
         "an earlier result changed: calls {[i + 1 for i, (a, b) in enumerate(outs) if not torch.equal(a, b)]}",
         "之前的结果被改写：第 {[i + 1 for i, (a, b) in enumerate(outs) if not torch.equal(a, b)]} 次调用",
     )
-    raise ctx.fail("wrong", zh, en, expected="earlier results unchanged", actual="changed by a later call")
+    raise ctx.fail("wrong", zh, en, expected=Text("之前的结果不变", "earlier results unchanged"), actual=Text("被之后的调用改写", "changed by a later call"))
 
 
 def _fail_after_one_earlier_call(ctx: ItemContext, case: Case) -> None:
@@ -393,8 +409,8 @@ def _record_mutation(ctx: ItemContext, script: Script, changed: list[str]) -> No
             "wrong",
             f"paged_attention 修改了输入：{changed}",
             f"paged_attention modified its inputs: {changed}",
-            expected="inputs unchanged",
-            actual=f"changed: {changed}",
+            expected=Text("输入不变", "inputs unchanged"),
+            actual=Text(f"被修改：{changed}", f"changed: {changed}"),
             script=shown,
         )
     )

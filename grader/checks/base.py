@@ -280,21 +280,26 @@ class ItemContext:
         zh: str,
         en: str,
         *,
-        expected: str = "",
-        actual: str = "",
+        expected: str | Text = "",
+        actual: str | Text = "",
         traceback: str = "",
         picture: dict[str, Any] | None = None,
         script: Script | None = None,
     ) -> Failure:
+        """`expected` and `actual`: a Text where they hold words, a str where they are values only."""
         shown = script or self.script
         limit = self.config.feedback.max_repro_lines
+        expected_text = expected if isinstance(expected, Text) else Text("", expected)
+        actual_text = actual if isinstance(actual, Text) else Text("", actual)
         return Failure(
             kind=kind,
             message=Text(zh, en),
             repro=shown.render("en", limit),
             repro_zh=shown.render("zh", limit),
-            expected=expected,
-            actual=actual,
+            expected=expected_text.en,
+            actual=actual_text.en,
+            expected_zh=expected_text.zh if expected_text.zh != expected_text.en else "",
+            actual_zh=actual_text.zh if actual_text.zh != actual_text.en else "",
             traceback=traceback if self.config.feedback.show_traceback else "",
             picture=picture,
         )
@@ -361,11 +366,12 @@ def student_error(ctx: ItemContext, reply: Reply, what: str, todo_label: str) ->
             )
         )
     if error.get("rejected_return"):
+        message_zh = str(error.get("message_zh") or message)[:500]
         return ctx.fail(
             "wrong",
-            f"{what} 的返回值不符合要求：{message}",
+            f"{what} 的返回值不符合要求：{message_zh}",
             f"{what} returned a value the contract does not allow: {message}",
-            actual=message,
+            actual=Text(message_zh, message),
         )
     hint_zh = hint_en = ""
     if etype == "TypeError" and "argument" in message:

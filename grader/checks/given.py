@@ -25,9 +25,10 @@ from hypothesis.errors import Flaky, Unsatisfiable
 
 from grader.checks.arrays import Array
 from grader.checks.base import Abort, CheckFailure, Inconclusive, ItemContext, hypothesis_settings, raised
-from grader.checks.script import Script
+from grader.checks.script import Line, Script
 from grader.checks.values import as_dict, as_list, show
 from grader.given_code import wholly_given
+from grader.results import Text
 from grader.sandbox.protocol import BudgetExceeded
 
 Check = Callable[[ItemContext], None]
@@ -35,7 +36,7 @@ EXAMPLES = 12  # per given check: the given code is small, and earns nothing
 
 
 class Differs(Exception):
-    def __init__(self, key: str, zh: str, en: str, expected: str, actual: str):
+    def __init__(self, key: str, zh: str, en: str, expected: str | Text, actual: str | Text):
         super().__init__(en)
         self.key, self.zh, self.en, self.expected, self.actual = key, zh, en, expected, actual
 
@@ -52,11 +53,12 @@ def _must_raise(ctx: ItemContext, script: Script, key: str, code: str, what: str
     script.add("except ValueError:")
     script.add("    pass")
     script.add("else:")
-    script.add(f"    raise AssertionError('{what}: ValueError expected')")
+    script.lines.append(Line(f"    raise AssertionError('{what}: ValueError expected')", code_zh=f"    raise AssertionError('{what}：应抛出 ValueError')"))
     reply = ctx.call(op, **fields)
     if not raised(reply, "ValueError"):
         got = "returned normally" if reply.ok else f"raised {(reply.error or {}).get('type')}"
-        raise Differs(key, f"{what} 时应抛出 ValueError，实际 {got}", f"{what}: ValueError expected, but it {got}", "ValueError", got)
+        got_zh = "正常返回" if reply.ok else f"抛出 {(reply.error or {}).get('type')}"
+        raise Differs(key, f"{what} 时应抛出 ValueError，实际 {got_zh}", f"{what}: ValueError expected, but it {got}", "ValueError", Text(got_zh, got))
 
 
 def _state(ctx: ItemContext, manager: int, request: int) -> tuple[Any, Any, Any]:
@@ -97,7 +99,7 @@ def _must_accept(ctx: ItemContext, script: Script, key: str, code: str, op: str,
     reply = ctx.call(op, **fields)
     if raised(reply, "ValueError"):
         message = str((reply.error or {}).get("message", ""))[:200]
-        raise Differs(key, f"{code} 是合法调用，却抛出 ValueError：{message}", f"{code} is a valid call, yet it raised ValueError: {message}", "no ValueError", f"ValueError: {message}")
+        raise Differs(key, f"{code} 是合法调用，却抛出 ValueError：{message}", f"{code} is a valid call, yet it raised ValueError: {message}", Text("不抛 ValueError", "no ValueError"), f"ValueError: {message}")
     return reply
 
 
@@ -128,12 +130,14 @@ def ledger_layout(ctx: ItemContext) -> None:
         got = as_dict(reply.value) or {}
         keys = ["kv_bytes_per_token", "kv_bytes_per_block", "total_cache_bytes", "layout_shape"]
         if sorted(got) != sorted(keys):
-            script.expect(f"sorted(ledger) == {sorted(keys)}", "the ledger's keys: expected the four of the given code, got {sorted(ledger)}")
+            script.expect(f"sorted(ledger) == {sorted(keys)}", "the ledger's keys: expected the four of the given code, got {sorted(ledger)}",
+                          "账本的键：应为给定代码的四个键，实际 {sorted(ledger)}")
             raise Differs("ledger_keys", "账本返回的 dict 应恰好含给定代码的四个键", "the ledger's dict should hold exactly the given code's four keys", str(keys), str(sorted(got)))
         want = [dims["num_layers"], 2, dims["num_kv_heads"], dims["block_size"], dims["head_dim"]]
         shape = got.get("layout_shape")
         if as_list(shape) != want:
-            script.expect(f"list(ledger['layout_shape']) == {want}", "layout_shape: expected [num_layers, 2, num_kv_heads, block_size, head_dim], got {ledger['layout_shape']}")
+            script.expect(f"list(ledger['layout_shape']) == {want}", "layout_shape: expected [num_layers, 2, num_kv_heads, block_size, head_dim], got {ledger['layout_shape']}",
+                          "layout_shape：应为 [num_layers, 2, num_kv_heads, block_size, head_dim]，实际 {ledger['layout_shape']}")
             raise Differs("layout_shape", "layout_shape 应为 [num_layers, 2, num_kv_heads, block_size, head_dim]", "layout_shape should be [num_layers, 2, num_kv_heads, block_size, head_dim]", str(want), show(shape))
 
     _run(ctx, run)
@@ -185,8 +189,9 @@ def initial_state(ctx: ItemContext) -> None:
         free, seq_len, table = _state(ctx, manager, req)
         kept_id = ctx.call("request_meta", request=req)
         if not kept_id.ok or kept_id.value != request_id:
-            script.expect(f"r.request_id == {request_id}", "expected the request id kept, got {r.request_id}")
-            raise Differs("initial_state", "新建的 Request 应保存 request_id", "a new Request should keep its request_id", str(request_id), show(kept_id.value) if kept_id.ok else "missing")
+            script.expect(f"r.request_id == {request_id}", "expected the request id kept, got {r.request_id}", "应保存 request_id，实际 {r.request_id}")
+            raise Differs("initial_state", "新建的 Request 应保存 request_id", "a new Request should keep its request_id", str(request_id),
+                          show(kept_id.value) if kept_id.ok else Text("缺失", "missing"))
         meta = ctx.call("manager_meta", manager=manager)
         got = as_dict(meta.value) if meta.ok else None
         sizes, pool = (as_list(got.get("sizes")), as_list(got.get("pool"))) if got else (None, None)
@@ -195,16 +200,19 @@ def initial_state(ctx: ItemContext) -> None:
         if sizes != [num_blocks, block_size, head_dim] or shape != [num_blocks, block_size, head_dim] or pool[2] is not True:
             script.expect(f"(m.num_blocks, m.block_size, m.head_dim) == ({num_blocks}, {block_size}, {head_dim}) and tuple(m.physical_kv_cache.shape) == ({num_blocks}, {block_size}, {head_dim})"
                           " and not m.physical_kv_cache.any()",
-                          "expected the sizes kept and a zero pool of [num_blocks, block_size, head_dim]; got {(m.num_blocks, m.block_size, m.head_dim)}, {m.physical_kv_cache.shape}")
+                          "expected the sizes kept and a zero pool of [num_blocks, block_size, head_dim]; got {(m.num_blocks, m.block_size, m.head_dim)}, {m.physical_kv_cache.shape}",
+                          "应保存三个尺寸，并有 [num_blocks, block_size, head_dim] 的全零池；实际 {(m.num_blocks, m.block_size, m.head_dim)}，{m.physical_kv_cache.shape}")
             raise Differs(
                 "initial_state",
                 "新建的 KVCacheManager 应保存 num_blocks、block_size、head_dim，并有形状 [num_blocks, block_size, head_dim] 的全零池",
                 "a new KVCacheManager should keep num_blocks, block_size and head_dim, with a zero pool of shape [num_blocks, block_size, head_dim]",
-                f"sizes {[num_blocks, block_size, head_dim]}, a zero pool of that shape", f"sizes {sizes}, pool {shape} (all zero: {pool[2] if pool else None})",
+                Text(f"尺寸 {[num_blocks, block_size, head_dim]}，同形状的全零池", f"sizes {[num_blocks, block_size, head_dim]}, a zero pool of that shape"),
+                Text(f"尺寸 {sizes}，池 {shape}（全零：{pool[2] if pool else None}）", f"sizes {sizes}, pool {shape} (all zero: {pool[2] if pool else None})"),
             )
         if free != list(range(num_blocks)) or seq_len != prompt_len or table != []:
             script.expect(f"m.free_blocks == list(range({num_blocks})) and (r.seq_len, r.block_table) == ({prompt_len}, [])",
-                          "expected every block free in order, seq_len the prompt's, an empty table; got {m.free_blocks}, {r.seq_len}, {r.block_table}")
+                          "expected every block free in order, seq_len the prompt's, an empty table; got {m.free_blocks}, {r.seq_len}, {r.block_table}",
+                          "应为所有块按序空闲、seq_len 等于 prompt 长度、空块表；实际 {m.free_blocks}、{r.seq_len}、{r.block_table}")
             raise Differs(
                 "initial_state",
                 "新建的 KVCacheManager 的空闲列表应为 list(range(num_blocks))，新建的 Request 应为 seq_len=prompt_len、空块表",
@@ -281,7 +289,7 @@ def allocation_report(ctx: ItemContext) -> None:
             shown = {k: float(v) if isinstance(v, Fraction) else v for k, v in want.items()}
             literal = str(shown).replace("{", "{{").replace("}", "}}")  # braces of a dict inside an f-string
             checks = " and ".join(f"abs(report[{k!r}] - {float(v)!r}) <= 1e-9" for k, v in want.items())
-            script.expect(checks, f"expected {literal}, got {{report}}")
+            script.expect(checks, f"expected {literal}, got {{report}}", f"应为 {literal}，实际 {{report}}")
             raise Differs("allocation_report", "allocation_report 的结果与给定代码不同", "allocation_report gives other values than the given code", str(shown),
                           show(reply.value) if reply.ok else str((reply.error or {}).get("type")))
 
@@ -361,7 +369,8 @@ def release_returns(ctx: ItemContext) -> None:
         got_table = ((state.get("requests") or {}).get(str(req), {}).get("block_table") or {}).get("ok")
         want = list(range(num_blocks))
         if not reply.ok or got_free != want or got_table != []:
-            script.expect(f"m.free_blocks == {want} and r.block_table == []", "expected every block free (sorted) and an empty table, got {m.free_blocks} and {r.block_table}")
+            script.expect(f"m.free_blocks == {want} and r.block_table == []", "expected every block free (sorted) and an empty table, got {m.free_blocks} and {r.block_table}",
+                          "应为所有块空闲（排好序）且块表为空，实际 {m.free_blocks} 与 {r.block_table}")
             raise Differs("release_returns", "release_request 应把块还回空闲列表（排好序）并清空块表", "release_request should return the blocks to the free list (sorted) and empty the table",
                           f"free_blocks={want}, block_table=[]", f"free_blocks={got_free}, block_table={got_table}")
 

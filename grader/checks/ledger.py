@@ -20,7 +20,7 @@ from grader.checks.frame import plain_digest
 from grader.checks.running import Explore, grade_item
 from grader.checks.script import Script
 from grader.checks.values import as_dict, show
-from grader.results import Failure
+from grader.results import Failure, Text
 
 FIELDS = ("num_blocks", "block_size", "num_layers", "num_kv_heads", "head_dim", "dtype_bytes")
 LABEL = "TODO 1"
@@ -111,8 +111,9 @@ def check_calls(ctx: ItemContext, calls: tuple[tuple[dict[str, int], str], ...],
     edited: list[int] = []
     for number, (d, style) in enumerate(calls, start=1):
         editing = edit and number < len(calls)
-        if _check_call(ctx, script, d, style, number if several else 0, save=not editing):
-            _earlier_changed(ctx, script, number, edited)
+        changed = _check_call(ctx, script, d, style, number if several else 0, save=not editing)
+        if changed:
+            _earlier_changed(ctx, script, number, edited, changed)
             return
         if editing:
             key = ctx.kept.last()
@@ -157,7 +158,7 @@ def _check_call(ctx: ItemContext, script: Script, d: dict[str, int], style: str,
     return changed
 
 
-def _earlier_changed(ctx: ItemContext, script: Script, number: int, edited: list[int]) -> None:
+def _earlier_changed(ctx: ItemContext, script: Script, number: int, edited: list[int], changed: list[str]) -> None:
     """A later call changed the dict an earlier one returned (one dict used again): the result
     belongs to the caller, so every field of it is wrong from then on."""
     zh = "再次调用 estimate_kv_cache_bytes 改变了之前返回的 dict（每次都返回同一个对象？返回值属于调用者）"
@@ -171,7 +172,10 @@ def _earlier_changed(ctx: ItemContext, script: Script, number: int, edited: list
         first = saved[0] if saved else 1
         script.expect(checks, f"an earlier result changed: now {{ledger{first}}}, returned as {{saved{first}}}",
                       f"之前的返回值被改变：现在 {{ledger{first}}}，返回时 {{saved{first}}}")
-        raise ctx.fail("wrong", zh, en, expected="earlier results unchanged", actual="changed by a later call")
+        calls = [label.removeprefix("call ") for label in changed][:4]  # the labels kept: "call 1", ...
+        raise ctx.fail("wrong", zh, en,
+                       expected=Text(f"第 {'、'.join(calls)} 次调用的返回值不变", f"what call {', '.join(calls)} returned unchanged"),
+                       actual=Text(f"第 {number} 次调用改变了第 {'、'.join(calls)} 次调用的返回值", f"call {number} changed what call {', '.join(calls)} returned"))
 
 
 def _problem(got: dict[str, Any], want: dict[str, int], fields: tuple[str, ...]) -> tuple[str, tuple[str, str], str, str, str, str] | None:

@@ -22,11 +22,9 @@ never "right by default").
 Which free block a submission takes, and the order of its free list, are its own business;
 only an OOM must leave the free list exactly as it was.
 
-Reproductions: each step is written as it ran.  A step where the submission broke another
-item's property, and every step after it, is wrapped in try/except, so that the script runs
-on to the failing step on the student's code, and runs clean after a correct solution (whose
-state may differ from there on).  The failing step's checks are written relative to the
-state right before it, as the model checks them.
+Reproductions and failures are written by grader/checks/pool_script.py; a failing call's
+expected and actual are the fields that differ (grader/checks/pool_diff.py).  A call is blamed only
+for what it broke itself: a block an earlier call lost is that call's item's failure.
 """
 
 from __future__ import annotations
@@ -38,15 +36,16 @@ from typing import Any
 
 from grader.checks.base import Inconclusive, ItemContext, raised, student_error
 from grader.checks.frame import SharedPool
+from grader.checks.pool_diff import changes, misplaced, one_place, places, unchanged
+from grader.checks.pool_script import DIVERGED, Assert, Outcome, PoolScript
 from grader.checks.pool_state import ContractState, Listed, State
 from grader.checks.script import Line, Script
+from grader.results import Text
 
 PROPS = {
     "prefill": {"count": "todo2.block_count", "own": "todo2.ownership", "oom": "todo2.oom_atomic"},
     "decode": {"count": "todo3.growth", "own": "todo3.ownership", "oom": "todo3.oom_rollback"},
 }
-Assert = tuple[str, ...]  # (condition, f-string message in English[, in Chinese])
-PICTURED = 256  # blocks: a larger pool gets no picture (a report draws none that large)
 
 
 @dataclass
@@ -58,20 +57,7 @@ class Req:
     table: list[int] = field(default_factory=list)
 
 
-@dataclass
-class Outcome:
-    """One TODO call as the model saw it, with what the reproduction needs to show it."""
-
-    step: str  # the call, as code
-    start: int  # where its lines begin in the script
-    capture: str  # code saving the state the checks compare with
-    before: State
-    after: State
-    req: Req
-    others_changed: list[str]
-
-
-class Pool(ContractState):
+class Pool(ContractState, PoolScript):
     """A KVCacheManager in the sandbox, the requests made on it, and what they should hold."""
 
     def __init__(self, ctx: ItemContext, todo_label: str, num_blocks: int, block_size: int, head_dim: int):
@@ -114,76 +100,6 @@ class Pool(ContractState):
         names = [r.name for r in self.requests if r is not req]
         return "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
 
-    # -- writing the reproduction -----------------------------------------------------------
-    def _begin(self, step: str, comment: tuple[str, str] = ("", "")) -> int:
-        """Write the call before making it (a hang or crash shows the script up to here)."""
-        start = len(self.script.lines)
-        self.script.add(step, *comment)
-        return start
-
-    def _finish(self, start: int, lines: list[Line]) -> None:
-        del self.script.lines[start:]
-        self.script.lines.extend(lines)
-
-    def _guarded(self, step: str, error: str, en: str, zh: str) -> list[Line]:
-        return [Line("try:"), Line(f"    {step}"), Line(f"except {error}:", en, zh), Line("    pass")]
-
-    def _written(self, o: Outcome, expected_oom: bool) -> list[Line]:
-        """A step that broke nothing graded here, as the script keeps it."""
-        if expected_oom:
-            return self._guarded(o.step, "RuntimeError", "an OOM is expected here", "这里应当 OOM")
-        if self.diverged:
-            return self._guarded(o.step, "Exception", "the grader went on after this step", "评分器在这一步之后继续")
-        return [Line(o.step)]
-
-    def _violation(self, prop: str, o: Outcome, asserts: list[Assert], zh: str, en: str, *, expected: str, actual: str, highlight: list[int], call: list[Line] | None = None) -> None:
-        """Fail the graded item if `prop` is its property; otherwise note it and go on."""
-        if not self.ctx.focused(prop):
-            self.ctx.record(prop, zh, en)
-            if prop not in self.ctx.witness:  # if the item ends up unchecked, this step shows why
-                witness = self.script.copy()
-                del witness.lines[o.start :]
-                witness.lines += [Line(o.capture), *(call or [Line(o.step)])]
-                for check in asserts:
-                    witness.expect(*check)
-                self.ctx.missed(prop, witness)
-            # Another item's failure (or a survey): the script must run past this step on the student's code
-            # (it may have raised) and on a correct solution (which may raise here, or later).
-            self._finish(o.start, self._guarded(o.step, "Exception", "the grader went on after this step", "评分器在这一步之后继续"))
-            self.diverged = True
-            return
-        self._finish(o.start, [Line(o.capture), *(call or [Line(o.step)])])
-        for check in asserts:
-            self.script.expect(*check)
-        picture = None if self.num_blocks > PICTURED else {
-            "kind": "pool", "num_blocks": self.num_blocks, "step": o.step, "before": o.before.picture(), "after": o.after.picture(), "highlight": sorted(set(highlight))}
-        raise self.ctx.fail("wrong", zh, en, expected=expected, actual=actual, picture=picture)
-
-    def _missed(self, key: str, o: Outcome, asserts: list[Assert], call: list[Line] | None = None) -> None:
-        """A case where `key`'s property should have been exercised and was not: kept as its witness."""
-        if key in self.ctx.witness:
-            return
-        witness = self.script.copy()
-        del witness.lines[o.start:]
-        witness.add(o.capture)
-        witness.lines += call or [Line(o.step)]
-        for check in asserts:
-            witness.expect(*check)
-        self.ctx.missed(key, witness)
-
-    def _given(self, key: str, zh: str, en: str, expected: str, actual: str, asserts: list[Assert] = (), start: int | None = None) -> None:
-        """Given code behaved otherwise than the template's: a finding (no points), and go on."""
-        self.diverged = True
-        script = self.script.copy()
-        if start is not None:
-            step = script.lines[start].code
-            del script.lines[start:]
-            script.add("free_before, table_before = list(m.free_blocks), list(" + step[step.index("(") + 1 : -1] + ".block_table)")
-            script.add(step)
-        for check in asserts:
-            script.expect(*check)
-        self.ctx.given_finding(key, zh, en, expected=expected, actual=actual, script=script)
-
     # -- requests ---------------------------------------------------------------------------
     def new_request(self, prompt_len: int, request_id: int) -> Req:
         self.program.append(("new", prompt_len, request_id))
@@ -216,7 +132,7 @@ class Pool(ContractState):
         capture = f"free_before, table_before, len_before = list(m.free_blocks), list({req.name}.block_table), {req.name}.seq_len"
         if len(self.requests) > 1:
             capture += f"\nothers_before = [(r.seq_len, list(r.block_table)) for r in {self._others(req)}]"
-        return Outcome(step, start, capture, before, after, req, others), reply
+        return Outcome(step, start, capture, before, after, req, others, None if reply.ok else dict(reply.error or {})), reply
 
     def other_manager(self, num_blocks: int, block_size: int, prompt_len: int, request_id: int) -> None:
         """Another manager with a request of its own, and the TODO's call on it: nothing of this
@@ -267,6 +183,7 @@ class Pool(ContractState):
         where = f"prompt_len={req.seq_len}, block_size={self.block_size}: {_blocks(needed)} needed, {free} free"
         where_zh = f"prompt_len={req.seq_len}、block_size={self.block_size}：需要 {needed} 块，空闲 {free} 块"
         short = f"({req.name}.seq_len + {self.block_size - 1}) // {self.block_size} > len(free_before)"  # too few blocks free
+        o.oom_expected = needed > free
         if needed > free:
             self._expect_oom(props["oom"], o, reply, short, where, where_zh)
         elif not reply.ok:
@@ -281,13 +198,15 @@ class Pool(ContractState):
         if needed == len(o.before.free):
             self.ctx.count(props["oom"] + ":exact")
         if len(table) != needed or seq_len != req.seq_len:
+            wrong_table = (table, Text(f"{n}.block_table：{needed} 个块", f"{n}.block_table: {_blocks(needed)}")) if len(table) != needed else None
+            expected, actual = _fields(n, (seq_len, req.seq_len), wrong_table)
             self._violation(
                 props["count"], o,
                 [(f"len({n}.block_table) == {needed}", f"ceil({req.seq_len} / {self.block_size}) = {needed} blocks expected, got {{{n}.block_table}}", f"应分配 ceil({req.seq_len} / {self.block_size}) = {needed} 个块，实际 {{{n}.block_table}}"),
                  (f"{n}.seq_len == {req.seq_len}", f"prefill must not change seq_len: {req.seq_len} -> {{{n}.seq_len}}", f"prefill 不能改变 seq_len：{req.seq_len} -> {{{n}.seq_len}}")],
                 f"prompt_len={req.seq_len}、block_size={self.block_size} 时 prefill 应分配 ceil({req.seq_len} / {self.block_size}) = {needed} 个块且不改 seq_len，实际块表 {table}、seq_len={seq_len}",
                 f"prompt_len={req.seq_len}, block_size={self.block_size}: prefill should take ceil({req.seq_len} / {self.block_size}) = {_blocks(needed)} and leave seq_len alone; got block_table={table}, seq_len={seq_len}",
-                expected=f"{_blocks(needed)}, seq_len={req.seq_len}", actual=f"block_table={table}, seq_len={seq_len}", highlight=table,
+                expected=expected, actual=actual, highlight=table,
             )
         else:
             self.ctx.count(props["count"])
@@ -341,6 +260,7 @@ class Pool(ContractState):
         where = f"seq_len {old_len} -> {old_len + 1}, block_size={self.block_size}, {_blocks(len(old_table))} held, {free} free"
         where_zh = f"seq_len {old_len} -> {old_len + 1}，block_size={self.block_size}，持有 {len(old_table)} 块，空闲 {free} 块"
         short = f"len_before + 1 > len(table_before) * {self.block_size} and not free_before"  # a block needed, none free
+        o.oom_expected = grows and not free
         if grows and not free:
             self._expect_oom(props["oom"], o, reply, short, where, where_zh)
         elif not reply.ok:
@@ -356,6 +276,11 @@ class Pool(ContractState):
             self.ctx.count(props["oom"] + ":full")
         want = len(old_table) + grows
         if seq_len != old_len + 1 or table[: len(old_table)] != old_table or len(table) != want:
+            wrong_table = None
+            if table[: len(old_table)] != old_table or len(table) != want:
+                wrong_table = (table, Text(f"{n}.block_table={old_table}{'，再追加一个空闲块' if grows else '（不追加）'}",
+                                           f"{n}.block_table={old_table}{' + one free block' if grows else ' (none added)'}"))
+            expected, actual = _fields(n, (seq_len, old_len + 1), wrong_table)
             self._violation(
                 props["count"], o,
                 [(f"{n}.seq_len == len_before + 1", f"decode adds one token: seq_len {{len_before}} -> {{{n}.seq_len}}", f"decode 应增加一个 token：seq_len {{len_before}} -> {{{n}.seq_len}}"),
@@ -365,7 +290,7 @@ class Pool(ContractState):
                   f"block_size={bs}：只有新 token 放不下时才多一个块；seq_len {{len_before}}，块表 {{table_before}} -> {{{n}.block_table}}")],
                 f"decode 后应为 seq_len={old_len + 1}、{want} 个块（原有块保持不变{'，追加一个新块' if grows else '，不追加'}；block_size={bs}），实际 seq_len={seq_len}、块表 {table}",
                 f"after decode expected seq_len={old_len + 1} and {_blocks(want)} (held blocks kept{', one appended' if grows else ', none added'}; block_size={bs}); got seq_len={seq_len}, block_table={table}",
-                expected=f"seq_len={old_len + 1}, {_blocks(want)} starting {old_table}", actual=f"seq_len={seq_len}, block_table={table}",
+                expected=expected, actual=actual,
                 highlight=sorted(set(table) - set(old_table)),
             )
         else:
@@ -387,22 +312,29 @@ class Pool(ContractState):
         before, after = o.before, o.after
         free_before = set(before.free)
         not_free = [b for b in taken if b not in free_before]
-        problem: tuple[Assert, str, str, list[int]] | None = None
+        # (the assert, message zh, en, blocks to outline, expected, actual)
+        problem: tuple[Assert, str, str, list[int], Text, Text] | None = None
         remaining = Counter(before.free)
         remaining.subtract(taken)
         if not_free or len(set(taken)) != len(taken):
+            twice = sorted({b for b in taken if taken.count(b) > 1})
             problem = (
                 (f"all(b in free_before for b in {taken_expr}) and len(set({taken_expr})) == len({taken_expr})", f"blocks taken must be distinct and free before the call: took {{{taken_expr}}}, free_blocks was {{free_before}}", f"取走的块必须互不重复且调用前空闲：取走 {{{taken_expr}}}，调用前 free_blocks 为 {{free_before}}"),
                 f"取走的块 {taken} 必须互不重复，且调用前在空闲列表中（{before.free}）",
                 f"the blocks taken, {taken}, must be distinct and free before the call (free_blocks {before.free})",
                 not_free or taken,
+                Text(f"取走的块互不重复，且都在调用前的 free_blocks={before.free} 中", f"blocks taken distinct, each in free_blocks={before.free} before the call"),
+                Text(f"取走 {taken}" + (f"，其中 {not_free} 调用前不空闲" if not_free else "") + (f"，{twice} 取了两次" if twice else ""),
+                     f"took {taken}" + (f": {not_free} not free before the call" if not_free else "") + (f"{',' if not_free else ':'} {twice} taken twice" if twice else "")),
             )
-        elif sorted(after.free) != _without(before.free, taken, remaining):
+        elif sorted(after.free) != (want := _without(before.free, taken, remaining)):
             problem = (
                 (f"sorted(m.free_blocks) == sorted(b for b in free_before if b not in {taken_expr})", "free_blocks should lose exactly the blocks taken: {free_before} -> {m.free_blocks}", "空闲列表应当恰好去掉取走的块：{free_before} -> {m.free_blocks}"),
                 f"空闲列表应当恰好去掉取走的块：{before.free} -> {after.free}",
                 f"free_blocks should lose exactly the blocks taken: {before.free} -> {after.free}",
                 sorted(set(after.free) ^ set(remaining.elements())),
+                Text(f"free_blocks={Listed(want)}（{before.free} 去掉取走的 {taken}，顺序不限）", f"free_blocks={Listed(want)} ({before.free} less the blocks taken, {taken}; in any order)"),
+                Text(f"free_blocks={after.free}", f"free_blocks={after.free}"),
             )
         elif o.others_changed:
             others = self._others(o.req)
@@ -411,34 +343,29 @@ class Pool(ContractState):
                 f"改动了其他请求 {o.others_changed}",
                 f"it changed other requests: {o.others_changed}",
                 [b for name in o.others_changed for b in after.requests[name][1]],
+                *unchanged(before, after, True, o.others_changed),
             )
-        elif bad := sorted(self._misplaced(after) - self._misplaced(before)):
+        elif bad := sorted(set(misplaced(after, self.num_blocks)) - set(misplaced(before, self.num_blocks))):
             # Only what this call misplaced: a block lost by an earlier call (another item's
-            # failure) or kept back by the given code is not this call's doing.
+            # failure, which that item's card shows) or kept back by the given code is not this call's doing.
             everyone = self._others()
-            places = f"(m.free_blocks + [b for r in {everyone} for b in r.block_table])"
+            where = f"(m.free_blocks + [b for r in {everyone} for b in r.block_table])"
             problem = (
-                (f"all({places}.count(b) == 1 for b in {bad})",
+                (f"all({where}.count(b) == 1 for b in {bad})",
                  f"every block must be free or in exactly one block_table: free_blocks={{m.free_blocks}}, tables={{[r.block_table for r in {everyone}]}}",
                  f"每个块要么空闲、要么恰好在一个块表中：free_blocks={{m.free_blocks}}，块表 {{[r.block_table for r in {everyone}]}}"),
                 f"块 {bad} 没有恰好出现在一处（空闲列表或某一个块表）",
                 f"block(s) {bad} are not in exactly one place (the free list or one block_table)",
                 bad,
+                one_place(bad),
+                places(after, bad),
             )
         if problem is None:
             return True
-        check, zh, en, highlight = problem
-        self._violation(prop, o, [check], f"{what} 之后块的归属出错：{zh}", f"after {what}, block ownership is broken: {en}", expected="every block free or in exactly one block_table", actual=after.text(), highlight=highlight)
+        check, zh, en, highlight, expected, actual = problem
+        self._violation(prop, o, [check], f"{what} 之后块的归属出错：{zh}", f"after {what}, block ownership is broken: {en}", expected=expected, actual=actual,
+                        highlight=highlight)
         return False
-
-    def _misplaced(self, state: State) -> set[int]:
-        """Blocks not in exactly one place (the free list or one table), and ids outside the pool."""
-        everywhere = [*state.free, *(b for _, table in state.requests.values() for b in table)]
-        if len(everywhere) == self.num_blocks and len(set(everywhere)) == self.num_blocks and (
-                not everywhere or (min(everywhere) >= 0 and max(everywhere) < self.num_blocks)):
-            return set()  # each of the pool's blocks exactly once (most states: a quick answer for large pools)
-        counts = Counter(everywhere)
-        return {b for b, n in counts.items() if n != 1 or not 0 <= b < self.num_blocks} | {b for b in range(self.num_blocks) if not counts[b]}
 
     def _expect_oom(self, prop: str, o: Outcome, reply: Any, condition: str, where: str, where_zh: str) -> None:
         """Too few free blocks: a RuntimeError mentioning OOM, and nothing changed."""
@@ -457,15 +384,17 @@ class Pool(ContractState):
         error = reply.error or {}
         if reply.ok:
             zh, en = f"{where_zh}：应抛出 RuntimeError('OOM')，却正常返回了", f"{where}: expected RuntimeError('OOM'), but the call returned"
-            expected, actual = "RuntimeError mentioning OOM", "no exception; " + o.after.text()
+            did = changes(o.before, o.after)
+            expected = Text("RuntimeError（信息含 OOM），状态不变", "RuntimeError mentioning OOM, the state unchanged")
+            actual = Text(f"正常返回，没有异常；{did.zh}", f"returned normally, no exception; {did.en}")
         elif not right_error:
             got = f"{error.get('type')}: {str(error.get('message', ''))[:200]}"
             zh, en = f"{where_zh}：应抛出信息含 OOM 的 RuntimeError，实际抛出 {got}", f"{where}: the call must raise a RuntimeError whose message contains OOM; it raised {got}"
-            expected, actual = "RuntimeError: ...OOM...", got
+            expected, actual = Text("RuntimeError，信息含 OOM", "RuntimeError with OOM in its message"), Text(got, got)
         else:
             zh = f"{where_zh}：OOM 之后状态被改动了，应当与调用前完全相同（原子性 / 回滚）"
             en = f"{where}: the failed call changed state; it must leave everything exactly as before (atomicity / rollback)"
-            expected, actual = o.before.text(), o.after.text()
+            expected, actual = unchanged(o.before, o.after, api_order)
         call = [
             Line("try:"),
             Line(f"    {o.step}"),
@@ -499,7 +428,7 @@ class Pool(ContractState):
             # Refusing what it should have done breaks both: the call's own property (it took no
             # block it should have) and the OOM property (no OOM when blocks are there).
             for prop in (props["count"], props["oom"]):
-                self._violation(prop, o, [], f"不应报 OOM（{where_zh}）", f"spurious OOM ({where})", expected="success", actual=f"{error.get('type')}: {message}", highlight=[], call=call)
+                self._violation(prop, o, [], f"不应报 OOM（{where_zh}）", f"spurious OOM ({where})", expected=RETURNS, actual=f"{error.get('type')}: {message}", highlight=[], call=call)
             self._missed(props["own"], o, [], call)  # nothing taken, so nothing to check ownership on
             return
         if not self.ctx.focused(props["count"]):
@@ -512,7 +441,7 @@ class Pool(ContractState):
             "not_implemented" if error.get("not_implemented") else "error",
             f"{o.step} 意外抛出 {error.get('type')}: {message}（{where_zh}）",
             f"{o.step} raised {error.get('type')}: {message} ({where})",
-            expected="success",
+            expected=RETURNS,
             actual=f"{error.get('type')}: {message}",
             traceback=str(error.get("traceback", "")),
         )
@@ -524,8 +453,8 @@ class Pool(ContractState):
         before = self._state()
         start = len(self.script.lines)
         guarded = self.diverged
-        if guarded:
-            self.script.lines.extend(self._guarded(step, "Exception", "the grader went on after this step", "评分器在这一步之后继续"))
+        if guarded:  # the student's release returned (or the example ends here): only a correct solution may refuse it
+            self.script.lines.extend(self._guarded(step, "ValueError", *DIVERGED))
         else:
             self.script.add(step)
         reply = self._call("method", target=self.manager, name="release_request", args=[req.handle])
@@ -536,13 +465,14 @@ class Pool(ContractState):
             # A TODO's bug left a state the given release refuses (as the template's does):
             # nothing to learn from going on.
             if not raised(reply, "ValueError"):
-                self._given("release", "release_request 没有拒绝无效的块表（ValueError）", "release_request did not refuse an invalid block table with ValueError", "ValueError", "no ValueError")
+                self._given("release", "release_request 没有拒绝无效的块表（ValueError）", "release_request did not refuse an invalid block table with ValueError", "ValueError",
+                            Text("没有 ValueError" if reply.ok else str((reply.error or {}).get("type")), "no ValueError" if reply.ok else str((reply.error or {}).get("type"))))
             raise Inconclusive("the state left by an earlier step cannot be released")
         if not reply.ok:
             if self.type_broken:  # a TODO call left a tuple (say) where the given code needs a list: its item was told
                 raise Inconclusive("release_request cannot use what an earlier call left")
             error = reply.error or {}
-            self._given("release", f"release_request 意外抛出 {error.get('type')}", f"release_request raised {error.get('type')}: {str(error.get('message'))[:200]}", "success", str(error.get("type")))
+            self._given("release", f"release_request 意外抛出 {error.get('type')}", f"release_request raised {error.get('type')}: {str(error.get('message'))[:200]}", RETURNS, str(error.get("type")))
             raise Inconclusive("release_request raised")
         after = self._observe(reply, step)
         want = sorted(before.free + req.table)
@@ -586,3 +516,18 @@ def _without(free: list[int], taken: list[int], remaining: Counter[int]) -> list
     if len(set(free)) == len(free):
         return sorted(set(free) - set(taken))
     return sorted(remaining.elements())
+
+
+RETURNS = Text("正常返回（不抛异常）", "returns normally (no exception)")
+def _fields(name: str, lengths: tuple[int, int], table: tuple[list[int], Text] | None) -> tuple[Text, Text]:
+    """Expected and actual of a call's own request: only the fields that are wrong.
+    lengths: (seq_len, the one expected); table: (block_table, what was expected of it), if wrong."""
+    expected: list[Text] = []
+    actual: list[str] = []
+    if lengths[0] != lengths[1]:
+        expected.append(Text(f"{name}.seq_len={lengths[1]}", f"{name}.seq_len={lengths[1]}"))
+        actual.append(f"{name}.seq_len={lengths[0]}")
+    if table is not None:
+        expected.append(table[1])
+        actual.append(f"{name}.block_table={table[0]}")
+    return Text("，".join(t.zh for t in expected), ", ".join(t.en for t in expected)), Text(", ".join(actual), ", ".join(actual))

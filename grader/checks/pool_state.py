@@ -17,6 +17,7 @@ import numpy as np
 from grader.checks.base import Inconclusive, student_error
 from grader.checks.frame import SharedPool
 from grader.checks.script import Line
+from grader.results import Text
 
 if TYPE_CHECKING:
     from grader.checks.pool import Pool, Req
@@ -47,11 +48,12 @@ class State:
         self.requests = {name: (seq_len, Listed(table)) for name, (seq_len, table) in self.requests.items()}
 
     def picture(self) -> dict[str, Any]:
-        return {"free": list(self.free), "tables": {name: list(t) for name, (_, t) in self.requests.items() if t}}
+        return {
+            "free": list(self.free),
+            "tables": {name: list(t) for name, (_, t) in self.requests.items() if t},
+            "lens": {name: n for name, (n, _) in self.requests.items()},
+        }
 
-    def text(self) -> str:
-        tables = ", ".join(f"{name}.block_table={t}" for name, (_, t) in self.requests.items() if t)
-        return f"free_blocks={self.free}" + (f", {tables}" if tables else "")
 
 
 class ContractState:
@@ -84,7 +86,7 @@ class ContractState:
         container type with readable values is adopted and the example goes on.
         """
         state = reply.state or {}
-        problems: list[tuple[str, str, str, bool]] = []  # (part, label, what is wrong, whether the values are lost)
+        problems: list[tuple[str, str, Text, bool]] = []  # (part, label, what is wrong, whether the values are lost)
         wrong: set[str] = set()
         free, why = _read_list(state.get("free_blocks"), "free_blocks")
         if why:
@@ -112,29 +114,31 @@ class ContractState:
             return State(free, requests)
         self._blame(problems, step, req, oom)
         if any(lost for *_, lost in problems):
-            raise Inconclusive(problems[0][2])
+            raise Inconclusive(problems[0][2].en)
         return State(free, requests)  # wrong types, readable values: the example goes on from them
 
-    def _pool_problem(self: Pool, state: dict[str, Any]) -> str:
+    def _pool_problem(self: Pool, state: dict[str, Any]) -> Text | None:
         """What a TODO call did to the pool: replaced it, or wrote into it (read by the judge itself)."""
         if self.pool is None:
-            return ""
+            return None
         same = (state.get("pool") or {}).get("same")
         if not (isinstance(same, dict) and same.get("ok") is True):
             self.pool = None  # not the judge's tensor any more: nothing more to read
-            return "m.physical_kv_cache was replaced by another tensor (KV data must never change here)"
+            return Text("m.physical_kv_cache 被换成了另一个张量（这里绝不能改变 KV 数据）",
+                        "m.physical_kv_cache was replaced by another tensor (KV data must never change here)")
         now = self.pool.read()
         if now == self.pool.data:
-            return ""
+            return None
         before = np.frombuffer(self.pool.data, dtype=np.float32).reshape(self.shape)
         after = np.frombuffer(now, dtype=np.float32).reshape(self.shape)
         blocks = sorted({int(b) for b in np.argwhere(~((before == after) | (np.isnan(before) & np.isnan(after))))[:, 0]})
         self.pool.data = now  # adopted: later calls are judged from here
-        return f"KV data of block(s) {blocks[:10]} changed (prefill and decode never change KV data)"
+        return Text(f"块 {blocks[:10]} 的 KV 数据被改变了（prefill 与 decode 绝不改变 KV 数据）",
+                    f"KV data of block(s) {blocks[:10]} changed (prefill and decode never change KV data)")
 
-    def _blame(self: Pool, problems: list[tuple[str, str, str, bool]], step: str, req: Req | None, oom: bool) -> None:
+    def _blame(self: Pool, problems: list[tuple[str, str, Text, bool]], step: str, req: Req | None, oom: bool) -> None:
         """Each problem to the item that read that part of the state (see `_observe`)."""
-        blamed: dict[str, list[tuple[str, str]]] = {}
+        blamed: dict[str, list[tuple[str, Text]]] = {}
         for part, label, why, _ in problems:
             if req is None:
                 props = list(self.props.values())
@@ -147,9 +151,9 @@ class ContractState:
             if part != "pool":
                 self.type_broken = True
         for prop, found in blamed.items():
-            what = "; ".join(why for _, why in found)
-            zh = f"{step} 之后状态不符合约定（free_blocks 为 int 列表、seq_len 为 int、block_table 为 int 列表、不改 KV 数据）：{what}"
-            en = f"after {step}, the state breaks the contract (free_blocks a list of ints, seq_len an int, block_table a list of ints, KV data unchanged): {what}"
+            what = Text("；".join(why.zh for _, why in found), "; ".join(why.en for _, why in found))
+            zh = f"{step} 之后状态不符合约定（free_blocks 为 int 列表、seq_len 为 int、block_table 为 int 列表、不改 KV 数据）：{what.zh}"
+            en = f"after {step}, the state breaks the contract (free_blocks a list of ints, seq_len an int, block_table a list of ints, KV data unchanged): {what.en}"
             if not self.ctx.focused(prop):
                 self.ctx.record(prop, zh, en)
                 self.diverged = True
@@ -158,7 +162,23 @@ class ContractState:
                 self.script.lines.insert(len(self.script.lines) - 1, Line("pool_before, pool_object = m.physical_kv_cache.clone(), m.physical_kv_cache"))
             for label, _ in found:
                 self.script.expect(*_contract_assert(label))
-            raise self.ctx.fail("wrong", zh, en, expected="free_blocks: list of ints, seq_len: int, block_table: list of ints, the pool unchanged", actual=what)
+            expected = Text("、".join(_CONTRACT[label].zh for label in _parts(found)), ", ".join(_CONTRACT[label].en for label in _parts(found)))
+            raise self.ctx.fail("wrong", zh, en, expected=expected, actual=what)
+
+
+# What the contract fixes of each part of the state (a card's expected shows the parts that broke).
+_CONTRACT = {
+    "free_blocks": Text("free_blocks 为 int 列表", "free_blocks: a list of ints"),
+    "seq_len": Text("seq_len 为 int", "seq_len: an int"),
+    "block_table": Text("block_table 为 int 列表", "block_table: a list of ints"),
+    "pool": Text("池（m.physical_kv_cache）是同一个张量、数据不变", "the pool (m.physical_kv_cache) the same tensor, its data unchanged"),
+}
+
+
+def _parts(found: list[tuple[str, Text]]) -> list[str]:
+    """The kinds of state part that broke, in the contract's order: "r0.seq_len" -> "seq_len"."""
+    kinds = {label.rsplit(".", 1)[-1] for label, _ in found}
+    return [kind for kind in _CONTRACT if kind in kinds]
 
 
 def _contract_assert(label: str) -> tuple[str, str, str]:
@@ -179,25 +199,31 @@ def _contract_assert(label: str) -> tuple[str, str, str]:
     )
 
 
-def _read_list(observed: Any, what: str) -> tuple[list[int] | None, str]:
-    """A list of ints from an observation, and what is wrong with it ("" if nothing).
+def _read_list(observed: Any, what: str) -> tuple[list[int] | None, Text | None]:
+    """A list of ints from an observation, and what is wrong with it (None if nothing).
 
     The values come back when they could be read (a tuple of ints: the values, and "a tuple")."""
     if isinstance(observed, dict) and "ok" in observed:
         kind = observed.get("type", "list")
-        return observed["ok"], ("" if kind == "list" else f"{what} is a {kind}, not a list: {observed['ok']}")
-    return None, f"{what} cannot be read as a list of ints: {_shown(observed)}"
+        if kind == "list":
+            return observed["ok"], None
+        return observed["ok"], Text(f"{what} 是 {kind}，不是 list：{observed['ok']}", f"{what} is a {kind}, not a list: {observed['ok']}")
+    shown = _shown(observed)
+    return None, Text(f"{what} 无法作为 int 列表读取：{shown.zh}", f"{what} cannot be read as a list of ints: {shown.en}")
 
 
-def _read_int(observed: Any, what: str) -> tuple[int | None, str]:
+def _read_int(observed: Any, what: str) -> tuple[int | None, Text | None]:
     if isinstance(observed, dict) and "ok" in observed:
-        return observed["ok"], ""
-    return None, f"{what} is not an int: {_shown(observed)}"
+        return observed["ok"], None
+    shown = _shown(observed)
+    return None, Text(f"{what} 不是 int：{shown.zh}", f"{what} is not an int: {shown.en}")
 
 
-def _shown(observed: Any) -> str:
+def _shown(observed: Any) -> Text:
     error = observed.get("error") if isinstance(observed, dict) else None
     if not isinstance(error, dict):
-        return "missing"
+        return Text("缺失", "missing")
     shown, message = str(error.get("shown", "")), str(error.get("message", ""))
-    return f"{shown} ({message})" if shown else message or "unreadable"
+    if shown:
+        return Text(f"{shown}（{message}）", f"{shown} ({message})")
+    return Text(message or "无法读取", message or "unreadable")

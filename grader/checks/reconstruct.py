@@ -35,7 +35,7 @@ from grader.checks.reconstruct_cases import (
 )
 from grader.checks.running import Explore, grade_item
 from grader.checks.script import Line, Script
-from grader.results import Failure
+from grader.results import Failure, Text
 from grader.sandbox.protocol import Reply
 
 LABEL = "TODO 4"
@@ -47,8 +47,8 @@ class Problem:
     read: int  # which read failed (0 = first)
     zh: str
     en: str
-    expected: str
-    actual: str
+    expected: str | Text
+    actual: str | Text
     asserts: list[tuple[str, ...]]
     kind: str = "wrong"  # "error" when the read raised
     same_slots: bool = False  # exactly the live slots were read, in another order: truncation held
@@ -132,28 +132,38 @@ class _Cache:
     def frame(self, table: list[int], seq_len: int, state: dict | None, index: int) -> Problem | None:
         """After a read: the pool, its identity, the request's table and length all as they were."""
         state = state or {}
-        wrong = []
+        wrong: list[Text] = []
+        kept: list[Text] = []  # what each wrong part should have stayed
         if self.pool is not None:
             same = (state.get("pool") or {}).get("same")
             if not (isinstance(same, dict) and same.get("ok") is True):
-                wrong.append("the pool tensor was replaced (m.physical_kv_cache rebound)")
+                wrong.append(Text("池张量被换掉了（m.physical_kv_cache 被重新赋值）", "the pool tensor was replaced (m.physical_kv_cache rebound)"))
+                kept.append(Text("池是同一个张量", "the pool the same tensor"))
             elif self.pool.changed():
                 before = np.frombuffer(self.pool.data, np.uint32).reshape(self.ex.num_blocks, -1)
                 after = np.frombuffer(self.pool.read(), np.uint32).reshape(self.ex.num_blocks, -1)
                 blocks = sorted({int(b) for b in np.argwhere(before != after)[:, 0]})
-                wrong.append(f"the pool was written (block(s) {blocks[:10]})")
+                wrong.append(Text(f"池被写入了（块 {blocks[:10]}）", f"the pool was written (block(s) {blocks[:10]})"))
+                kept.append(Text(f"块 {blocks[:10]} 的数据不变", f"block(s) {blocks[:10]} unchanged"))
         seen = (state.get("requests") or {}).get(str(self.request), {})
         table_now, seq_len_now = seen.get("block_table") or {}, seen.get("seq_len") or {}
-        if table_now.get("ok") != table or table_now.get("type", "list") != "list" or seq_len_now.get("ok") != seq_len:
-            wrong.append(f"the request changed: block_table {table_now.get('ok')}, seq_len {seq_len_now.get('ok')}")
+        if table_now.get("ok") != table or table_now.get("type", "list") != "list":
+            kind = table_now.get("type", "list")
+            shown = f"r.block_table={table_now.get('ok')}" + (f" ({kind})" if kind != "list" else "")
+            wrong.append(Text(f"请求被改动：{shown}", f"the request changed: {shown}"))
+            kept.append(Text(f"r.block_table={table}", f"r.block_table={table}"))
+        if seq_len_now.get("ok") != seq_len:
+            shown = f"r.seq_len={seq_len_now.get('ok')}"
+            wrong.append(Text(f"请求被改动：{shown}", f"the request changed: {shown}"))
+            kept.append(Text(f"r.seq_len={seq_len}", f"r.seq_len={seq_len}"))
         if not wrong:
             return None
-        what = "; ".join(wrong)
+        what = Text("；".join(t.zh for t in wrong), "; ".join(t.en for t in wrong))
         return Problem(
             index,
-            f"get_physical_cache 是只读操作，却改变了状态：{what}",
-            f"get_physical_cache is a read, yet it changed state: {what}",
-            "the pool and the request unchanged",
+            f"get_physical_cache 是只读操作，却改变了状态：{what.zh}",
+            f"get_physical_cache is a read, yet it changed state: {what.en}",
+            Text("读取前后相同：" + "，".join(t.zh for t in kept), "as before the read: " + ", ".join(t.en for t in kept)),
             what,
             [("torch.equal(m.physical_kv_cache.view(torch.int32), pool_before.view(torch.int32)) and (r.seq_len, r.block_table) == state_before",
               "a read must change nothing: pool equal {torch.equal(m.physical_kv_cache.view(torch.int32), pool_before.view(torch.int32))}, request {(r.seq_len, r.block_table)} (was {state_before})",
@@ -170,8 +180,8 @@ class _Cache:
             index,
             "之后的读取或对池的写入改变了 get_physical_cache 之前返回的张量（返回了池的视图或复用的缓冲区？返回值属于调用者）",
             "a later read or write to the pool changed a tensor get_physical_cache returned earlier (a view of the pool, or a buffer used again? a result belongs to its caller)",
-            "earlier results unchanged",
-            f"changed: {', '.join(changed)}",
+            Text("之前的结果不变", "earlier results unchanged"),
+            Text(f"被改变：{'、'.join(label.replace('read ', '第 ') + ' 次读取' for label in changed)}", f"changed: {', '.join(changed)}"),  # labels "read 1", ...
             [("all(torch.equal(a.nan_to_num(1e30), b.nan_to_num(1e30)) for a, b in kept)",
               "an earlier result changed: {[i for i, (a, b) in enumerate(kept) if not torch.equal(a.nan_to_num(1e30), b.nan_to_num(1e30))]}",
               "之前的返回值被改变：{[i for i, (a, b) in enumerate(kept) if not torch.equal(a.nan_to_num(1e30), b.nan_to_num(1e30))]}")],
@@ -189,10 +199,11 @@ def _read(ctx: ItemContext, cache: _Cache, table: list[int], seq_len: int, write
         if error.get("not_implemented") and ctx.nothing_yet():
             raise student_error(ctx, reply, "m.get_physical_cache(r)", LABEL)
         if error.get("rejected_return"):  # a value the worker would not send: an answer, not a crash
-            message = str(error.get("message"))[:300]
-            return Problem(index, f"get_physical_cache 的返回值不符合要求：{message}", f"get_physical_cache returned a value the contract does not allow: {message}", "a tensor of shape [seq_len, head_dim]", message, [])
+            message, message_zh = str(error.get("message"))[:300], str(error.get("message_zh") or error.get("message"))[:300]
+            return Problem(index, f"get_physical_cache 的返回值不符合要求：{message_zh}", f"get_physical_cache returned a value the contract does not allow: {message}",
+                           Text("形状为 [seq_len, head_dim] 的张量", "a tensor of shape [seq_len, head_dim]"), Text(message_zh, message), [])
         what = f"{error.get('type')}: {str(error.get('message'))[:300]}"
-        return Problem(index, f"get_physical_cache 意外抛出 {what}", f"get_physical_cache raised {what}", "a tensor", what, [], "error")
+        return Problem(index, f"get_physical_cache 意外抛出 {what}", f"get_physical_cache raised {what}", Text("返回一个张量", "a tensor returned"), what, [], "error")
     ctx.kept.add(key, tensor_digest(reply.value), f"read {index + 1}")
     problem = _answer(ctx, reply, cache.ex, table, seq_len, write, index)
     # Right values from a read that changed state: the values count, the frame fails table order.
@@ -206,7 +217,7 @@ def _answer(ctx: ItemContext, reply: Reply, ex: Example, table: list[int], seq_l
     try:
         answer = decode(reply.value)
     except (TypeError, ValueError):
-        return Problem(index, "get_physical_cache 应返回 torch.Tensor", "get_physical_cache should return a torch.Tensor", "a tensor", str(reply.value)[:200], [("isinstance(out, torch.Tensor)", "expected a tensor, got {type(out).__name__}", "应返回张量，实际 {type(out).__name__}")])
+        return Problem(index, "get_physical_cache 应返回 torch.Tensor", "get_physical_cache should return a torch.Tensor", "torch.Tensor", str(reply.value)[:200], [("isinstance(out, torch.Tensor)", "expected a tensor, got {type(out).__name__}", "应返回张量，实际 {type(out).__name__}")])
     shape_check = ("tuple(out.shape) == tuple(expected().shape)", "expected shape [seq_len, head_dim] = {list(expected().shape)}, got {list(out.shape)}", "形状应为 [seq_len, head_dim] = {list(expected().shape)}，实际 {list(out.shape)}")
     if answer.shape != want.shape:
         return Problem(

@@ -133,11 +133,35 @@ def checked(op: str, reply: Reply) -> Reply:
     return Reply(True, reply.value, None, state)
 
 
+# What each schema's Invalid says, in Chinese (a card in Chinese says it so).
+WHY_ZH = {
+    "nested too deeply": "嵌套过深",
+    "an int too large": "int 过大",
+    "a float that is not finite, sent as a number": "以数字发送的非有限浮点数",
+    "a string too long": "字符串过长",
+    "a container without its kind": "没有标明类型的容器",
+    "a dict entry that is not a pair": "不是键值对的 dict 条目",
+    "an object description that is not text": "不是文本的对象描述",
+    "a float description that is not text": "不是文本的浮点数描述",
+    "a container that is not a list of at most 4096 items": "不是至多 4096 项列表的容器",
+    "an object handle that is not a small positive int": "不是小正整数的对象句柄",
+    "a value where none belongs": "不该有值的地方有值",
+    "not a tensor": "不是张量",
+    "a tensor payload with a wrong dtype, data or device": "dtype、数据或设备不对的张量",
+    "a tensor payload with a wrong shape": "形状不对的张量",
+    "an attention reply of the wrong form": "形式不对的注意力结果",
+    "input digests of the wrong form": "形式不对的输入摘要",
+    "a value of the wrong form": "形式不对的值",
+}
+
+
 def rejected(why: str) -> dict[str, Any]:
     """An error description (as protocol._clean_error makes them) for a reply outside its schema."""
+    why_zh = WHY_ZH.get(why) or (f"不是普通数据（{why[len('not plain data ('):-1]}）" if why.startswith("not plain data (") else why)
     return {
         "type": "InvalidReply",
         "message": f"the value sent back is not one the contract allows: {why}",
+        "message_zh": f"返回的值不符合约定：{why_zh}",
         "traceback": "",
         "not_implemented": False,
         "rejected_return": True,

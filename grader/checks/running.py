@@ -72,21 +72,30 @@ def check_evidence(ctx: ItemContext, out_of_time: bool, seconds: float, tried: i
     got = ctx.evidence[ctx.item_id]
     if got >= need:
         return None
+    expected, actual = _cases(got, need, tried)
     if out_of_time:
         return ctx.failure(
             "too_slow",
             f"太慢：{seconds:.0f} 秒内只完成并检查了 {got}/{need} 个随机用例（通过需要至少 {need} 个）",
             f"too slow: {got} of {need} random cases in {seconds:.0f} s (a pass needs at least {need} completed and checked)",
-            actual=f"{got} of {need} random cases, {tried} begun",
+            expected=expected,
+            actual=actual,
             script=_witness(ctx),
         )
     return ctx.failure(
         "not_exercised",
         f"随机用例中只有 {got}/{need} 个完成并检查了这一性质（其余用例没能检查它）",
         f"only {got} of {need} random cases completed and checked this property (the others could not check it)",
-        actual=f"{got} of {need} random cases, {tried} begun",
+        expected=expected,
+        actual=actual,
         script=_witness(ctx),
     )
+
+
+def _cases(got: int, need: int, tried: int) -> tuple[Text, Text]:
+    """Expected and actual of an item short of random evidence."""
+    return (Text(f"至少 {need} 个随机用例完成并检查了这一性质", f"at least {need} random cases completed and checked"),
+            Text(f"{got} 个（共开始 {tried} 个）", f"{got} ({tried} begun)"))
 
 
 def _witness(ctx: ItemContext) -> Script:

@@ -21,7 +21,7 @@ def item_output(item: ItemResult, lang: str) -> str:
     parts = [item.failure.message.get(lang)]
     said = colon(lang)  # "：" in Chinese
     if item.failure.expected or item.failure.actual:
-        parts.append(f"{word('expected', lang)}{said}{item.failure.expected}\n{word('actual', lang)}{said}{item.failure.actual}")
+        parts.append(f"{word('expected', lang)}{said}{item.failure.expected_for(lang)}\n{word('actual', lang)}{said}{item.failure.actual_for(lang)}")
     repro = item.failure.repro_for(lang)
     if repro:
         parts.append(f"{word('repro', lang)}{said.rstrip()}\n{repro}")

@@ -12,11 +12,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+from collections.abc import Sequence
 from html import escape
-from pathlib import PurePath
 
 from grader import rules as item_rules
 from grader.report import cells as cell_info
+from grader.report import scope
 from grader.report.budget import fit, utf8_size
 from grader.report.labels import blocked, colon, failed_heading, paren, seconds, status_word, todo_name
 from grader.report.markdown import say
@@ -108,8 +109,8 @@ def _failure_body(failure: Failure, lang: str) -> list[str]:
     parts = [f"<p>{esc(failure.message.get(lang))}</p>"]
     if failure.expected or failure.actual:
         parts.append(
-            f"<p>{esc(say('expected', lang))}{colon(lang)}<code>{esc(failure.expected)}</code><br>"
-            f"{esc(say('actual', lang))}{colon(lang)}<code>{esc(failure.actual)}</code></p>"
+            f"<p>{esc(say('expected', lang))}{colon(lang)}<code>{esc(failure.expected_for(lang))}</code><br>"
+            f"{esc(say('actual', lang))}{colon(lang)}<code>{esc(failure.actual_for(lang))}</code></p>"
         )
     repro = failure.repro_for(lang)
     if repro:
@@ -172,13 +173,16 @@ def _footer(result: GradeResult, lang: str) -> str:
     return f'<p class="muted" id="footer">{" · ".join(parts)}</p>'
 
 
-def _card(result: GradeResult, lang: str, numbering: str) -> str:
-    name = PurePath(result.submission).name
+def _card(result: GradeResult, lang: str, numbering: str, todos: Sequence[str] = ()) -> str:
+    name = result.shown_name
     body = [f'<h1>{esc(say("scorecard", lang) + colon(lang) + name)}</h1>']
     if result.error is not None:  # no total: nothing was graded
         body.append(f'<p class="flag" id="not-graded"><b>{esc(say("unreadable", lang))}</b>{colon(lang)}{esc(result.error.message.get(lang))}</p>')
         return "".join(body) + _footer(result, lang)
-    body.append(f'<div class="total" id="total">{result.score:g} / {result.max_score:g}</div>')
+    if scope.total(result, todos, lang):  # grader.check("todo3"): that TODO's points, not a score out of 100
+        body.append(f'<div class="total" id="total">{esc(scope.total(result, todos, lang))}</div><p class="muted" id="scope">{esc(scope.note(result, todos, lang))}</p>')
+    else:
+        body.append(f'<div class="total" id="total">{result.score:g} / {result.max_score:g}</div>')
     not_run = [item for item in result.items if item.status == NOT_RUN]
     if not_run:
         body.append(f'<p class="muted">{esc(say("scaled", lang))}</p>')
@@ -218,12 +222,13 @@ def _card(result: GradeResult, lang: str, numbering: str) -> str:
     return "".join(body) + _footer(result, lang)
 
 
-def fragment(result: GradeResult, lang: str, numbering: str = "order") -> str:
-    """The card alone, styles included and scoped: what a notebook shows inline."""
+def fragment(result: GradeResult, lang: str, numbering: str = "order", todos: Sequence[str] = ()) -> str:
+    """The card alone, styles included and scoped: what a notebook shows inline.  `todos`: the
+    TODOs a check was limited to (grader.check("todo3")): the total is their points."""
 
     def draw(clean: GradeResult) -> str:
         lang_attr = "zh-CN" if lang == "zh" else "en"
-        return f'<div class="pa-card" lang="{lang_attr}"><style>{CARD_STYLE}</style>{_card(clean, lang, numbering)}</div>'
+        return f'<div class="pa-card" lang="{lang_attr}"><style>{CARD_STYLE}</style>{_card(clean, lang, numbering, todos)}</div>'
 
     return fit(draw, utf8_size, result)
 
@@ -232,7 +237,7 @@ def render(result: GradeResult, lang: str) -> str:
     """The scorecard as a page of its own, under about 1 MiB whatever the submission did."""
 
     def draw(clean: GradeResult) -> str:
-        title = f"{say('scorecard', lang)}{colon(lang)}{PurePath(clean.submission).name}"
+        title = f"{say('scorecard', lang)}{colon(lang)}{clean.shown_name}"
         return page(title, f'<div class="pa-card">{_card(clean, lang, "order")}</div>', lang, CARD_STYLE)
 
     return fit(draw, utf8_size, result)

@@ -8,7 +8,6 @@ code spans longer than any backtick run inside it, so nothing can turn into HTML
 from __future__ import annotations
 
 import re
-from pathlib import PurePath
 
 from grader.report import cells
 from grader.report.budget import fit, utf8_size
@@ -86,7 +85,7 @@ def details(summary: str, body: str) -> str:
 def _failure_body(failure: Failure, lang: str) -> list[str]:
     out = [inline(failure.message.get(lang))]
     if failure.expected or failure.actual:
-        out += ["", f"- {say('expected', lang)}{colon(lang)}{code_span(failure.expected)}", f"- {say('actual', lang)}{colon(lang)}{code_span(failure.actual)}"]
+        out += ["", f"- {say('expected', lang)}{colon(lang)}{code_span(failure.expected_for(lang))}", f"- {say('actual', lang)}{colon(lang)}{code_span(failure.actual_for(lang))}"]
     repro = failure.repro_for(lang)
     if repro:
         out += ["", f"{say('repro', lang)}{colon(lang).rstrip()}", "", fence(repro, "python")]
@@ -123,7 +122,7 @@ def render(result: GradeResult, lang: str) -> str:
 
 
 def _render(result: GradeResult, lang: str) -> str:
-    name = PurePath(result.submission).name
+    name = result.shown_name
     lines = [f"## {say('scorecard', lang)}{colon(lang)}{inline(name)}", ""]
     if result.error is not None:  # no total: nothing was graded
         lines += [f"**{say('unreadable', lang)}**{colon(lang)}{inline(result.error.message.get(lang))}", ""]

@@ -3,7 +3,9 @@
 * "pool": the block pool before and after the failing call. Blocks are coloured by the
   request that holds them, free blocks are grey, a block held twice (or held and free) is
   split between its owners, a block neither free nor held is drawn empty with "?", and the
-  block the code mishandled is outlined.
+  block the code mishandled is outlined.  Each request's seq_len is written under its table
+  (a change marked), and where the failing call found the pool broken already, the earlier
+  call that first broke it is drawn above it, the same way.
 * "attention": the error per (sequence, query head) as a heatmap against the tolerance.
 
 Drawn as inline SVG for the HTML scorecard and `grader.check()`, and as a few lines of text
@@ -42,6 +44,10 @@ WORDS = {
     "not_finite": ("NaN 或 inf", "NaN or inf"),
     "worst": ("最大误差", "worst"),
     "error_of": ("误差", "error"),
+    "earlier": ("① 最先出错的调用", "① the call that first went wrong"),
+    "this_call": ("② 出错被发现的调用", "② the call where it was found"),
+    "changed": ("改变", "changed"),
+    "unchanged": ("调用前后", "before = after"),
 }
 
 
@@ -76,7 +82,22 @@ def _state(raw: Any, safe_line: Callable[[object, int], str]) -> dict[str, Any] 
         if ints is None:
             return None
         tables[safe_line(name, 40) or "?"] = ints  # "" stands for the free list below
-    return {"free": free, "tables": tables}
+    lens_raw = raw.get("lens", {})
+    if not isinstance(lens_raw, dict):
+        return None
+    lens = {safe_line(name, 40) or "?": n for name, n in list(lens_raw.items())[:MAX_OWNERS] if type(n) is int and abs(n) < 1 << 62}
+    return {"free": free, "tables": tables, "lens": lens}
+
+
+def _call(raw: Any, safe_line: Callable[[object, int], str]) -> dict[str, Any] | None:
+    """One call's states (before and/or after), its step and the blocks it mishandled."""
+    if not isinstance(raw, dict):
+        return None
+    states = {key: _state(raw.get(key), safe_line) for key in ("before", "after") if key in raw}
+    if not states or any(s is None for s in states.values()):
+        return None
+    highlight = _ints(raw.get("highlight", []), 16)
+    return {"step": safe_line(raw.get("step", ""), 200), **states, "highlight": highlight or []}
 
 
 def _error(value: Any) -> float | None:
@@ -95,11 +116,11 @@ def normalise_picture(raw: Any, safe_line: Callable[[object, int], str]) -> dict
         n = raw.get("num_blocks")
         if type(n) is not int or not 0 < n <= MAX_BLOCKS:
             return None
-        states = {key: _state(raw.get(key), safe_line) for key in ("before", "after") if key in raw}
-        if not states or any(s is None for s in states.values()):
+        call = _call(raw, safe_line)
+        if call is None:
             return None
-        highlight = _ints(raw.get("highlight", []), 16)
-        return {"kind": "pool", "num_blocks": n, "step": safe_line(raw.get("step", ""), 200), **states, "highlight": highlight or []}
+        earlier = _call(raw["earlier"], safe_line) if "earlier" in raw else None
+        return {"kind": "pool", "num_blocks": n, **call, **({"earlier": earlier} if earlier else {})}
     if raw.get("kind") == "attention":
         rows = raw.get("errors")
         tol = raw.get("tolerance")
@@ -118,12 +139,31 @@ def normalise_picture(raw: Any, safe_line: Callable[[object, int], str]) -> dict
 
 # --- the block pool -------------------------------------------------------------------------
 
+def _panels(call: dict[str, Any]) -> list[str]:
+    """The states drawn for a call: before and after, or one panel where the call changed nothing."""
+    if "before" in call and "after" in call and call["before"] == call["after"]:
+        return ["unchanged"]
+    return [key for key in ("before", "after") if key in call]
+
+
+def _state_of(call: dict[str, Any], panel: str) -> dict[str, Any]:
+    return call["before"] if panel == "unchanged" else call[panel]
+
+
+def _calls(picture: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The calls drawn, in order: the earlier one that first broke the pool (if any), then the failing one."""
+    if picture.get("earlier"):
+        return [("earlier", picture["earlier"]), ("this_call", picture)]
+    return [("", picture)]
+
+
 def _owners(picture: dict[str, Any]) -> dict[str, str]:
     names: list[str] = []
-    for key in ("before", "after"):
-        for name in (picture.get(key) or {}).get("tables", {}):
-            if name not in names:
-                names.append(name)
+    for _, call in _calls(picture):
+        for key in ("before", "after"):
+            for name in (call.get(key) or {}).get("tables", {}):
+                if name not in names:
+                    names.append(name)
     return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(names)}
 
 
@@ -131,6 +171,28 @@ def _holders(state: dict[str, Any], block: int) -> list[str]:
     """Who holds `block`: request names, and "" for the free list (each time it appears)."""
     out = [name for name, table in state["tables"].items() for b in table if b == block]
     return out + ["" for b in state["free"] if b == block]
+
+
+def _requests(state: dict[str, Any], before: dict[str, Any] | None) -> list[tuple[str, bool]]:
+    """Each request as "r0: [0, 1] seq_len=4", and whether it changed since `before` (None: not
+    compared; a change reads "seq_len 3 → 4").  A request holding no blocks is listed only where it changed."""
+    lens = state.get("lens", {})
+    old_lens = (before or {}).get("lens", {})
+    old_tables = (before or {}).get("tables", {})
+    out = []
+    for name in dict.fromkeys([*state["tables"], *lens]):
+        table = state["tables"].get(name, [])
+        moved_len = before is not None and name in lens and old_lens.get(name) != lens[name]
+        moved_table = before is not None and old_tables.get(name, []) != table
+        if not table and not (moved_len or moved_table):
+            continue
+        shown = f"{name}: {old_tables.get(name, [])} → {table}" if moved_table else f"{name}: {table}"
+        if moved_len:
+            shown += f" seq_len {old_lens.get(name, '?')} → {lens[name]}"
+        elif name in lens:
+            shown += f" seq_len={lens[name]}"
+        out.append((shown, moved_len or moved_table))
+    return out
 
 
 def _block_svg(x: float, y: float, size: float, holders: list[str], colours: dict[str, str], block: int, numbered: bool) -> str:
@@ -151,6 +213,19 @@ def _block_svg(x: float, y: float, size: float, holders: list[str], colours: dic
     return f'<g class="pa-block" data-block="{block}" data-holders="{esc(where)}"><title>{block}: {esc(where)}</title>{"".join(parts)}</g>'
 
 
+def _summary_svg(x: float, y: float, state: dict[str, Any], before: dict[str, Any] | None, free: int, lang: str) -> str:
+    """Free blocks and each request's table and seq_len; what changed since `before` in red."""
+    spans = [f"<tspan>{esc(plural(free, 'free_block', lang))}</tspan>"]
+    used = len(spans[0])
+    for text, changed in _requests(state, before):
+        if used > 400:
+            break
+        style = ' class="pa-changed" fill="#d9534f" font-weight="600"' if changed else ""
+        spans.append(f"<tspan{style}>{esc(' · ' + text[:120])}</tspan>")
+        used += len(text)
+    return f'<text x="{x}" y="{y}" class="pa-small">{"".join(spans)}</text>'
+
+
 def pool_svg(picture: dict[str, Any], lang: str) -> str:
     n = picture["num_blocks"]
     colours = _owners(picture)
@@ -158,33 +233,38 @@ def pool_svg(picture: dict[str, Any], lang: str) -> str:
     rows = math.ceil(n / per_row)
     size, gap, left = 30, 4, 70
     panel_h = rows * (size + gap) + 26
-    states = [key for key in ("before", "after") if key in picture]
-    legend_y = 28 + len(states) * panel_h
+    calls = _calls(picture)
+    heights = [24 + len(_panels(call)) * panel_h for _, call in calls]
+    legend_y = 4 + sum(heights)
     width = max(left + per_row * (size + gap) + 10, 520)
     height = legend_y + 24 * 3 + 10
-    highlight = set(picture.get("highlight") or [])
     out = [
         f'<svg class="pa-picture pa-pool" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" '
         f'aria-label="{esc(w("pool", lang))}" xmlns="http://www.w3.org/2000/svg">'
     ]
-    if picture.get("step"):
-        out.append(f'<text x="4" y="16" class="pa-step">{esc(picture["step"])}</text>')
-    for panel, key in enumerate(states):
-        state = picture[key]
-        top = 28 + panel * panel_h
-        free = sum(1 for b in range(n) if _holders(state, b) == [""])
-        out.append(f'<text x="4" y="{top + size / 2 + 4}" class="pa-label">{esc(w(key, lang))}</text>')
-        out.append(f'<g class="pa-state" data-state="{key}">')
-        for block in range(n):
-            x = left + (block % per_row) * (size + gap)
-            y = top + (block // per_row) * (size + gap)
-            out.append(_block_svg(x, y, size, _holders(state, block), colours, block, n <= 64))
-            if block in highlight:
-                out.append(f'<rect class="pa-highlight" x="{x - 2}" y="{y - 2}" width="{size + 4}" height="{size + 4}" rx="4" fill="none" stroke="#111" stroke-width="3"/>')
-        out.append("</g>")
-        tables = "  ".join(f"{name}: {state['tables'][name]}" for name in state["tables"])
-        summary = plural(free, "free_block", lang) + (f" · {tables}" if tables else "")
-        out.append(f'<text x="{left}" y="{top + rows * (size + gap) + 12}" class="pa-small">{esc(summary[:160])}</text>')
+    top_of_call = 0
+    for (label, call), call_h in zip(calls, heights, strict=True):
+        heading = f"{w(label, lang)}{'：' if lang == 'zh' else ': '}{call.get('step', '')}" if label else call.get("step", "")
+        if heading:
+            out.append(f'<text x="4" y="{top_of_call + 16}" class="pa-step">{esc(heading)}</text>')
+        highlight = set(call.get("highlight") or [])
+        for panel, key in enumerate(_panels(call)):
+            state = _state_of(call, key)
+            top = top_of_call + 28 + panel * panel_h
+            free = sum(1 for b in range(n) if _holders(state, b) == [""])
+            out.append(f'<text x="4" y="{top + size / 2 + 4}" class="pa-label">{esc(w(key, lang))}</text>')
+            call_attr = f' data-call="{label}"' if label else ""
+            out.append(f'<g class="pa-state" data-state="{key}"{call_attr}>')
+            for block in range(n):
+                x = left + (block % per_row) * (size + gap)
+                y = top + (block // per_row) * (size + gap)
+                out.append(_block_svg(x, y, size, _holders(state, block), colours, block, n <= 64))
+                if block in highlight:
+                    out.append(f'<rect class="pa-highlight" x="{x - 2}" y="{y - 2}" width="{size + 4}" height="{size + 4}" rx="4" fill="none" stroke="#111" stroke-width="3"/>')
+            out.append("</g>")
+            compared = call.get("before") if key == "after" else None
+            out.append(_summary_svg(left, top + rows * (size + gap) + 12, state, compared, free, lang))
+        top_of_call += call_h
     entries = [(colour, name) for name, colour in colours.items()] + [(FREE, w("free", lang))]
     x = 4
     for colour, name in entries:
@@ -199,20 +279,26 @@ def pool_svg(picture: dict[str, Any], lang: str) -> str:
 
 
 def pool_text(picture: dict[str, Any], lang: str) -> list[str]:
-    """The pool as lines of text: one letter per request, "·" free, "?" lost, "!" held twice."""
+    """The pool as lines of text: one letter per request, "·" free, "?" lost, "!" held twice;
+    then each request's table and seq_len where the call changed them."""
     n = picture["num_blocks"]
     letters = {name: chr(ord("A") + i % 26) for i, name in enumerate(_owners(picture))}
-    highlight = set(picture.get("highlight") or [])
     lines = []
-    for key in ("before", "after"):
-        if key not in picture:
-            continue
-        marks = []
-        for block in range(n):
-            holders = _holders(picture[key], block)
-            mark = "?" if not holders else "!" if len(holders) > 1 else "·" if holders == [""] else letters[holders[0]]
-            marks.append(f"[{mark}]" if block in highlight else f" {mark} ")
-        lines.append(f"{w(key, lang):>6}: {''.join(marks)}")
+    for label, call in _calls(picture):
+        if label:
+            lines.append(f"{w(label, lang)}{'：' if lang == 'zh' else ': '}{call.get('step', '')}")
+        highlight = set(call.get("highlight") or [])
+        for key in _panels(call):
+            marks = []
+            for block in range(n):
+                holders = _holders(_state_of(call, key), block)
+                mark = "?" if not holders else "!" if len(holders) > 1 else "·" if holders == [""] else letters[holders[0]]
+                marks.append(f"[{mark}]" if block in highlight else f" {mark} ")
+            lines.append(f"{w(key, lang):>6}: {''.join(marks)}")
+        if "before" in call and "after" in call:
+            changed = [text for text, moved in _requests(call["after"], call["before"]) if moved]
+            if changed:
+                lines.append(f"{w('changed', lang):>6}: {'; '.join(changed)[:300]}")
     legend = ", ".join(f"{letter} = {name}" for name, letter in letters.items())
     lines.append(f"        {legend}{', ' if legend else ''}· = {w('free', lang)}, ? = {w('lost', lang)}, ! = {w('shared', lang)}, [ ] = {w('mishandled', lang)}")
     return lines
@@ -302,7 +388,8 @@ def attention_text(picture: dict[str, Any], lang: str) -> list[str]:
         value = errors[s][h]
         shown = "NaN/inf" if value is None else f"{value:.3g}"
         summary += f"；{w('worst', lang)}：{w('seq', lang)} {s}，{w('head', lang)} {h} = {shown}" if lang == "zh" else f"; worst: sequence {s}, head {h} = {shown}"
-    return [summary, *lines, "· ≤ tol   ▒ ≤ 100×tol   █ > 100×tol   N = NaN/inf"]
+    tol_word = w("tolerance", lang) if lang == "zh" else "tol"
+    return [summary, *lines, f"· ≤ {tol_word}   ▒ ≤ 100×{tol_word}   █ > 100×{tol_word}   N = NaN/inf"]
 
 
 def picture_svg(picture: dict[str, Any] | None, lang: str) -> str:

@@ -9,8 +9,11 @@ line of its own.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from grader import rules as item_rules
 from grader.report import cells as cell_info
+from grader.report import scope
 from grader.report.budget import sanitized
 from grader.report.labels import blocked, colon, not_graded, paren, status_word, todo_name, word
 from grader.report.pictures import picture_text
@@ -53,8 +56,8 @@ def _block(text: str, limit: int | None, lang: str, tail: bool = False) -> list[
 def failure_lines(failure: Failure, lang: str, first: bool) -> list[str]:
     lines = [INDENT + one_line(failure.message.get(lang), 600)]
     if failure.expected or failure.actual:
-        lines.append(f"{INDENT}{word('expected', lang)}{colon(lang)}{one_line(failure.expected, 300)}")
-        lines.append(f"{INDENT}{word('actual', lang)}{colon(lang)}{one_line(failure.actual, 300)}")
+        lines.append(f"{INDENT}{word('expected', lang)}{colon(lang)}{one_line(failure.expected_for(lang), 300)}")
+        lines.append(f"{INDENT}{word('actual', lang)}{colon(lang)}{one_line(failure.actual_for(lang), 300)}")
     repro = failure.repro_for(lang)
     if repro:
         total = len(repro.rstrip("\n").split("\n"))
@@ -71,14 +74,16 @@ def failure_lines(failure: Failure, lang: str, first: bool) -> list[str]:
     return lines
 
 
-def _header(result: GradeResult, lang: str) -> str:
-    return f"{word('score', lang)}{colon(lang)}{result.score:g} / {result.max_score:g}  {paren(result.submission, lang)}"
+def _header(result: GradeResult, lang: str, todos: Sequence[str] = ()) -> str:
+    """The total, or the points of the TODOs checked (grader.check("todo3")), and the file's name."""
+    points = scope.total(result, todos, lang) or f"{word('score', lang)}{colon(lang)}{result.score:g} / {result.max_score:g}"
+    return f"{points}  {paren(result.submission_name or result.submission, lang)}"
 
 
 def _not_graded(result: GradeResult, lang: str) -> str:
     """No score line: a submission that was not graded has none (results.json carries Gradescope's 0)."""
     assert result.error is not None
-    return f"✗ {not_graded(one_line(result.error.message.get(lang), 600), lang)}{paren(result.submission, lang)}\n"
+    return f"✗ {not_graded(one_line(result.error.message.get(lang), 600), lang)}{paren(result.submission_name or result.submission, lang)}\n"
 
 
 def _raised(result: GradeResult, lang: str, numbering: str) -> list[str]:
@@ -103,27 +108,31 @@ def _skipped(result: GradeResult, lang: str, numbering: str) -> list[str]:
     return lines
 
 
-def render(result: GradeResult, lang: str, *, quiet: bool = False, numbering: str = "order") -> str:
+def render(result: GradeResult, lang: str, *, quiet: bool = False, numbering: str = "order", todos: Sequence[str] = ()) -> str:
+    """`todos`: the TODOs a check was limited to (grader.check("todo3")): the header shows their points."""
     result = sanitized(result)
     if quiet:
-        return render_quiet(result, lang, numbering=numbering)
+        return render_quiet(result, lang, numbering=numbering, todos=todos)
     if result.error is not None:
         return _not_graded(result, lang)
-    lines = [_header(result, lang), ""]
+    lines = [_header(result, lang, todos)]
+    if scope.note(result, todos, lang):
+        lines.append(f"* {scope.note(result, todos, lang)}")
+    lines.append("")
     lines += _raised(result, lang, numbering)
     for flag in result.flags:
         lines.append(f"! {word('flags', lang)}{colon(lang)}{one_line(flag.get(lang), 600)}")
     for note in result.notes:
         lines.append(f"* {one_line(note.get(lang), 600)}")
     lines += _skipped(result, lang, numbering)
-    todos = result.todo_scores()
+    per_todo = result.todo_scores()
     shown: set[str] = set()
     first = True
     previous: tuple[str, str] | None = None
     for item in result.items:
         if item.todo not in shown:
             shown.add(item.todo)
-            got, possible = todos.get(item.todo, (0.0, 0.0))
+            got, possible = per_todo.get(item.todo, (0.0, 0.0))
             lines.append(f"\n{todo_name(item.todo, lang)}{colon(lang)}{got:g}/{possible:g}")
         lines.append(f"  {MARK[item.status]} {item.id} ({item.score:g}/{item.weight:g}) {status_word(item.status, lang)}{blocked(item.blocked_by, lang)}")
         if item.failure is not None and item.status == FAILED:
@@ -156,12 +165,12 @@ def _item_line(item: ItemResult, lang: str) -> str:
     return line
 
 
-def render_quiet(result: GradeResult, lang: str, *, numbering: str = "order") -> str:
+def render_quiet(result: GradeResult, lang: str, *, numbering: str = "order", todos: Sequence[str] = ()) -> str:
     """One line per item (and per cell that raised, first)."""
     result = sanitized(result)
     if result.error is not None:
         return _not_graded(result, lang)
-    lines = [_header(result, lang)]
+    lines = [_header(result, lang, todos)]
     for cell in cell_info.raised(result):
         lines.append(f"✗ {cell_info.where(cell, lang, numbering)}{colon(lang)}{one_line(cell_info.what(cell, lang), 160)}")
     lines += [_item_line(item, lang) for item in result.items]
