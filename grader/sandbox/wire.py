@@ -124,12 +124,17 @@ def _own_frame(frame):
     return None
 
 
-def describe_error(error):
+def traceback_text(error):
+    """Where an error of the submission's came from, in its own frames only (shown to the student)."""
     try:
         frames = [own for own in (_own_frame(f) for f in traceback.extract_tb(error.__traceback__)) if own is not None]
-        shown = "".join(traceback.format_list(frames[-6:]))[-4000:]
+        return "".join(traceback.format_list(frames[-6:]))[-4000:]
     except BaseException:
-        shown = ""
+        return ""
+
+
+def describe_error(error):
+    shown = traceback_text(error)
     return {
         "type": _safe_str(type.__dict__["__name__"].__get__(type(error)))[:200],
         "message": _safe_str(error)[:2000],
