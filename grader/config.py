@@ -101,6 +101,7 @@ class Config:
     evidence: Evidence = Evidence()
     seed_source: str = "config"  # "config", or "command line" (--seed): never replaced by a secret one
     notebook: NotebookEnvironment = NotebookEnvironment()
+    tamper_policy: str = "zero_items"  # [integrity] tamper: what touching the grader's machinery costs (grader/tampering.py)
 
     def item(self, item_id: str) -> RubricItem:
         for item in self.items:
@@ -128,7 +129,15 @@ def load_config(path: Path | None = None) -> Config:
         digest=hashlib.sha256(raw_bytes).hexdigest()[:16],
         evidence=_evidence(raw.get("evidence", {})),
         notebook=_notebook(raw.get("notebook", {})),
+        tamper_policy=_tamper_policy(raw.get("integrity", {})),
     )
+
+
+def _tamper_policy(raw: dict) -> str:
+    policy = raw.get("tamper", "zero_items")
+    if policy not in ("zero_items", "zero_all", "flag"):
+        raise ValueError('[integrity] tamper must be "zero_items", "zero_all" or "flag"')
+    return str(policy)
 
 
 def _evidence(raw: dict) -> Evidence:

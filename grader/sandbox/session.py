@@ -43,7 +43,9 @@ class Session:
     shared_gid: int | None = None  # the submission's group, when it runs under a uid of its own
     wall_backstop: float = 3.0
     key: bytes = b""  # the grading's signing key (client.Sandbox); the hello was frame 0
-    tamper: list[list[Any]] = field(default_factory=list)  # denials and forgeries seen, as the worker lists them
+    tamper: list[list[Any]] = field(default_factory=list)  # denials and forgeries seen, until attached to a sink
+    sink: list[tuple[str, list[Any]]] | None = None  # where they go, with the scope they served (attach)
+    scope: str = ""
     _next_id: int = field(default=0)
     _frames: int = field(default=1)
     _caches: _SharedInputs | None = field(default=None)  # the file holding the current example's caches
@@ -79,7 +81,7 @@ class Session:
                 # What the judge reads back from its own files, not what the submission says.
                 reply["value"]["input_digests"] = shared.digests()
         except Forged as forged:
-            self.tamper.append(["forged", forged.detail, "", False, False])
+            self._note_tamper([["forged", forged.detail, "", False, False]])
             self.kill()
             raise
         except WorkerLost as lost:
@@ -102,10 +104,22 @@ class Session:
             state=reply.get("state") if isinstance(reply.get("state"), dict) else None,
         )
 
+    def attach(self, sink: list[tuple[str, list[Any]]], scope: str) -> None:
+        """Send what was and will be denied or refused in this session to `sink`, as `scope`'s (an item, a TODO)."""
+        self.sink, self.scope = sink, scope
+        self._note_tamper(self.tamper)
+        self.tamper = []
+
     def _note_tamper(self, listed: Any) -> None:
-        """What the worker's audit hook denied since its last frame (a list of small lists), kept as the worker gave it."""
-        if isinstance(listed, list):
-            self.tamper += [e for e in listed[:50] if isinstance(e, list)][: max(0, 200 - len(self.tamper))]
+        """What the worker's audit hook denied since its last frame (a list of small lists), kept as
+        the worker gave it (grader/tampering.py reads it)."""
+        if not isinstance(listed, list):
+            return
+        events = [e for e in listed[:50] if isinstance(e, list)]
+        if self.sink is None:
+            self.tamper += events[: max(0, 200 - len(self.tamper))]
+        else:
+            self.sink += [(self.scope, e) for e in events][: max(0, 1000 - len(self.sink))]
 
     def _share_attention_inputs(self, fields: dict[str, Any]) -> tuple[dict[str, Any], _SharedInputs | None]:
         """paged_attention's inputs in a new file; a decode step's caches (`reuse_caches`) written in
