@@ -33,7 +33,8 @@ VALUE_MAGICS = frozenset({"sx", "system"})  # line magics whose value is a comma
 SHELL_CELL_MAGICS = frozenset({"bash", "sh", "script", "perl", "ruby", "python", "python2", "python3", "pypy", "sx", "system", "!"})
 DISPLAYED = frozenset({"_", "__", "___", "Out", "_oh"})  # what a displayed value is kept as
 SHOWN_ONLY = frozenset({"print", "display", "pprint", "repr", "str", "len", "type", "format", "sorted", "list", "tuple", "bool", "int"})
-EVERYTHING = frozenset({"exec", "eval", "compile", "globals", "locals", "vars", "setattr", "__import__", "getattr"})
+EVERYTHING = frozenset({"exec", "eval", "compile", "__import__", "runpy"})  # a call of one of these with such a value may bind any name
+NAMESPACES = frozenset({"globals", "locals", "vars"})  # globals()[k] = v, globals().update(...)
 CONTRACT = ("estimate_kv_cache_bytes", "Request", "KVCacheManager", "paged_attention")
 
 
@@ -207,14 +208,15 @@ def _taints(statement: ast.stmt, source: Source, tainted: set[str], functions: d
         elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and _tainting(node.value, source, tainted):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             found |= {name for t in targets for name in (*_bound(t), _base_name(t)) if name}
+            everything |= any(_namespace(t) for t in targets)
         elif isinstance(node, ast.NamedExpr) and _tainting(node.value, source, tainted):
             found.add(node.target.id)
         elif isinstance(node, ast.Call) and any(_tainting(arg, source, tainted) for arg in [*node.args, *(k.value for k in node.keywords)]):
             function = node.func
-            if isinstance(function, ast.Name) and function.id in EVERYTHING:
+            if isinstance(function, ast.Name) and function.id in EVERYTHING or _namespace(function):
                 everything = True
-            elif isinstance(function, ast.Attribute) and function.attr in ("update", "__setitem__") and _base_name(function.value) in ("globals", "vars"):
-                everything = True
+            elif isinstance(function, ast.Name) and function.id in ("setattr", "delattr") and node.args:
+                found.add(_base_name(node.args[0]) or "")  # setattr(KVCacheManager, name, value)
             elif isinstance(function, ast.Attribute) and _base_name(function.value):
                 found.add(_base_name(function.value) or "")  # a method handed the value may keep it (x.append(v))
             elif isinstance(function, ast.Name) and function.id in functions:
@@ -231,6 +233,15 @@ def _direct(statements: list[tuple[int, ast.stmt]], source: Source) -> set[str]:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 names |= {name for t in targets for name in (*_bound(t), _base_name(t)) if name}
     return names
+
+
+def _namespace(node: ast.AST) -> bool:
+    """An expression that writes into a namespace: `globals()[k]`, `vars(m).update`, `sys.modules[...]`."""
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        if isinstance(node, ast.Attribute) and node.attr == "modules" and _base_name(node.value) == "sys":
+            return True
+        node = node.value
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in NAMESPACES
 
 
 def _reads(statements: list[tuple[int, ast.stmt]], source: Source, tainted: set[str]) -> list[tuple[int, int]]:

@@ -23,6 +23,7 @@ No class is defined here: object.__subclasses__() would list it, and its methods
 this code's namespace.
 """
 
+import ctypes
 from _hashlib import hmac_digest, openssl_sha256
 from _json import encode_basestring_ascii, make_encoder, make_scanner
 from _socket import AF_UNIX, SOCK_STREAM
@@ -77,6 +78,13 @@ SCAN = make_scanner(SimpleNamespace(strict=True, object_hook=None, object_pairs_
 CUDA_SYNC = torch.cuda.synchronize
 ATTENTION_INPUTS = ("query", "key_cache", "value_cache", "block_tables", "seq_lens")
 SETUP = {}  # what install() was given: the key, the judge's socket, the cells' namespace, ...
+# Landlock (confine.scope_session), through a library handle of this module's own: the grader and
+# caller threads are scoped as the session child's main thread is (no signal to the zygote or to
+# another session, no abstract socket outside it).
+SYSCALL = ctypes.CDLL(None, use_errno=True).syscall
+SYSCALL.restype = ctypes.c_long
+LANDLOCK_CREATE_RULESET, LANDLOCK_RESTRICT_SELF = 444, 446
+SCOPE = ctypes.create_string_buffer(pack("<QQQ", 0, 0, 3), 24)  # handled fs and net: none; scoped: abstract sockets, signals
 
 
 # --- frames ---------------------------------------------------------------------------------------
@@ -507,10 +515,21 @@ def new_session(ns, caller, seeds, traceback_of=None):
             "caches": {}, "maps": [], "grave": [], "sent": 0, "events_sent": 0, "sock": None}
 
 
+def scope_thread():
+    """This thread's Landlock scope, as the session child's main thread has it (a thread is scoped alone)."""
+    if SYSCALL(LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1)) < 6:
+        return
+    ruleset = SYSCALL(LANDLOCK_CREATE_RULESET, SCOPE, ctypes.c_size_t(24), ctypes.c_uint32(0))
+    if ruleset >= 0:
+        SYSCALL(LANDLOCK_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0))
+        close_fd(ruleset)
+
+
 def grader_thread(ready, number):
     """A session child's grader thread (the fork that made the process started it)."""
     ready.acquire()  # the main thread has confined the process and put the session's number in `number`
     HOOK_STATE["grader_thread"] = get_ident()
+    scope_thread()  # before the caller thread starts: it inherits the scope
     session = new_session(SETUP["ns"], start_caller(SETUP["guard"]), SETUP["seeds"], SETUP["traceback_of"])
     try:
         sock = raw_socket(AF_UNIX, SOCK_STREAM)
