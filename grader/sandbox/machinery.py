@@ -53,6 +53,7 @@ from _pa_grader_readings import (
     as_int,
     bound_code,
     call,
+    calls,
     described,
     digest,
     edit,
@@ -212,9 +213,9 @@ def op_reseed(session, msg):
     """A new example: its objects let go of on the caller thread; every random state as at the start."""
     old = [session["handles"], session["kept"], session["pools"], session["caches"], session["maps"], session["grave"]]
     session.update(handles={}, kept={}, pools={}, caches={}, maps=[], grave=[])
-    call(session, list.clear, old)
-    for seed in session["seeds"]:
-        student_call(session, seed, 0)
+    if calls(session, (list.clear, old), *((seed, 0) for seed in session["seeds"])) is None:
+        for seed in session["seeds"]:  # one raised (a seed function the cells replaced): said by the one that did
+            student_call(session, seed, 0)
     return None
 
 
@@ -445,27 +446,64 @@ def _seq_len(session, req):
                                             "isa": ["Exception", "TypeError"], "traceback": ""}}, value)
 
 
+def _read_at_once(session, manager, pool, requests):
+    """The allocator's state in two jobs (every attribute, then every list), as `snapshot` reads it
+    one call at a time; None when anything is not as a correct allocator leaves it (plain lists of
+    ints, an int length), and `snapshot` then reads it one call at a time, to say what."""
+    reads = [(getattr, manager, "free_blocks")] if manager is not None else []
+    if pool is not None:
+        reads.append((getattr, manager, "physical_kv_cache"))
+    first = len(reads)  # the requests' (seq_len, block_table) pairs start here
+    for req in requests.values():
+        reads += [(getattr, req, "seq_len"), (getattr, req, "block_table")]
+    values = calls(session, *reads)
+    if values is None:
+        return None
+    listed = ([values[0]] if manager is not None else []) + [values[first + 2 * i + 1] for i in range(len(requests))]
+    seq_lens = [values[first + 2 * i] for i in range(len(requests))]
+    if not all(type(v) is list for v in listed) or not all(type(n) is int for n in seq_lens):
+        return None
+    items = calls(session, *((list, v) for v in listed))
+    if items is None or not all(type(lst) is list and all(type(i) is int for i in lst) for lst in items):
+        return None
+    state = {}
+    if manager is not None:
+        state["free_blocks"] = {"ok": items[0], "type": "list"}
+        if pool is not None:
+            state["pool"] = {"same": {"ok": values[1] is pool}}
+    tables = items[1:] if manager is not None else items
+    state["requests"] = {handle: {"seq_len": {"ok": n}, "block_table": {"ok": t, "type": "list"}}
+                         for handle, n, t in zip(requests, seq_lens, tables, strict=True)}
+    return state
+
+
 def snapshot(session, spec):
     """The allocator's state as a caller reads it, and the kept results' digests, both read here."""
     if type(spec) is not dict:
         raise TypeError("a snapshot of the wrong form")
-    state = {}
-    if spec.get("manager") is not None:
-        manager = _handle(session, spec["manager"])
-        state["free_blocks"] = _observed_list(session, manager, "free_blocks")
-        pool = session["pools"].get(spec["manager"])
-        if pool is not None:
-            state["pool"] = {"same": _observed(session, lambda: student_call(session, getattr, manager, "physical_kv_cache") is pool)}
-    requests = {}
-    for handle in spec.get("requests", []) if type(spec.get("requests", [])) is list else []:
-        req = _handle(session, handle)
-        requests[str(handle)] = {"seq_len": _seq_len(session, req), "block_table": _observed_list(session, req, "block_table")}
-    state["requests"] = requests
+    manager = _handle(session, spec["manager"]) if spec.get("manager") is not None else None
+    pool = session["pools"].get(spec.get("manager")) if manager is not None else None
+    asked = spec.get("requests", [])
+    requests = {str(h): _handle(session, h) for h in (asked if type(asked) is list else [])}
+    state = _read_at_once(session, manager, pool, requests) if manager is not None or requests else {"requests": {}}
+    if state is None:
+        state = _read_one_at_a_time(session, manager, pool, requests)
     kept = spec.get("kept")
     if kept is not None:
         if type(kept) is not list:
             raise TypeError("kept keys of the wrong form")
         state["kept"] = [digest(session, session["kept"][key]) if type(key) is int and key in session["kept"] else None for key in kept]
+    return state
+
+
+def _read_one_at_a_time(session, manager, pool, requests):
+    state = {}
+    if manager is not None:
+        state["free_blocks"] = _observed_list(session, manager, "free_blocks")
+        if pool is not None:
+            state["pool"] = {"same": _observed(session, lambda: student_call(session, getattr, manager, "physical_kv_cache") is pool)}
+    state["requests"] = {handle: {"seq_len": _seq_len(session, req), "block_table": _observed_list(session, req, "block_table")}
+                         for handle, req in requests.items()}
     return state
 
 

@@ -23,6 +23,8 @@ from _queue import SimpleQueue
 from _thread import start_new_thread
 from binascii import b2a_base64
 from collections import deque
+from itertools import starmap
+from operator import call as apply
 from operator import methodcaller
 from types import CodeType, FunctionType
 
@@ -87,6 +89,13 @@ def start_caller(guard):
     return jobs.put, results.get
 
 
+def calls(session, *jobs):
+    """Several calls in one job on the caller thread, `jobs` being (function, *args) tuples: the
+    tuple of their values, or None if any of them raised (the caller then makes them one by one)."""
+    ok, values = call(session, tuple, starmap(apply, jobs))
+    return values if ok and type(values) is tuple and len(values) == len(jobs) else None
+
+
 def call(session, function, *args, **kwargs):
     """`function(*args, **kwargs)` on the caller thread: (True, what it returned) or (False, what it raised)."""
     put, get = session["caller"]
@@ -116,13 +125,15 @@ def student_error(session, error, traceback_of=None):
     the built-in classes it is an instance of read here, its message by str() on the caller
     thread, and its traceback (shown to the student only) by `traceback_of` there."""
     kind = type(error)
-    ok, message = call(session, str, error)
-    if not ok or type(message) is not str:
+    both = calls(session, (str, error), (traceback_of, error)) if traceback_of is not None else None
+    if both is not None:
+        message, text = both
+    else:
+        ok, message = call(session, str, error)
+        text = call(session, traceback_of, error)[1] if traceback_of is not None else ""
+    if type(message) is not str:
         message = f"<unprintable {TYPE_NAME(kind)}>"
-    shown = ""
-    if traceback_of is not None:
-        ok, text = call(session, traceback_of, error)
-        shown = text[-4000:] if ok and type(text) is str else ""
+    shown = text[-4000:] if type(text) is str else ""
     return {
         "type": TYPE_NAME(kind)[:200],
         "message": message[:2000],
