@@ -394,3 +394,26 @@ def test_the_policy_is_read_from_the_config(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         load_config(tmp_path / "d.toml")
 
+
+
+# --- where a TA sees it --------------------------------------------------------------------------
+
+def test_tampering_is_on_every_scorecard_the_csv_and_the_dashboard() -> None:
+    from grader import standing
+    from grader.commands.export import rows
+    from grader.config import TODOS
+    from grader.gradebook import GRADED, Entry
+    from grader.report import dashboard, html, markdown, text
+    from grader.results import GradeResult
+
+    records = tampering.collect([["gc", "gc.get_objects", "<cell 4>:2", True, False]], [("todo4", ["forged", "x", "", False, False])])
+    items = tampering.apply(_items(), records, "zero_items")
+    result = GradeResult("alice.ipynb", "ab" * 32, "c", items, tampering=records)
+    for lang, words in (("en", ("code cell 4, line 2", "denied")), ("zh", ("第 4 个代码单元第 2 行", "被拒绝"))):
+        for page in (text.render(result, lang), text.render(result, lang, quiet=True), markdown.render(result, lang), html.render(result, lang)):
+            assert all(word in page for word in words), page
+    entry = Entry(1, "alice", "ab" * 32, "c", "batch", "alice.ipynb", None, "2026-01-01T00:00:00+00:00", GRADED, result)
+    table = list(rows(standing.all_of([entry], "en"), TODOS))
+    assert table[0][-1] == "tampering" and table[1][-1] == "2 (forged, gc), 1 cost points"
+    page = dashboard.render([entry], "en")
+    assert 'class="badge tampering"' in page and "2 (forged, gc), 1 cost points" in page
