@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import base64
 import binascii
+import dis
 import hashlib
 import json
 import textwrap
@@ -22,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from grader.results import Text
-from grader.sandbox.wire import code_fingerprint
 
 CONTRACT = ("estimate_kv_cache_bytes", "Request", "KVCacheManager", "paged_attention")
 FINGERPRINT = Path(__file__).with_name("given_code.json")
@@ -279,6 +279,34 @@ def bound_digest(parts: Any) -> str:
         return hashlib.sha256(code_fingerprint(rebuilt_code(parts)).encode()).hexdigest()
     except (ValueError, TypeError, IndexError, KeyError, RecursionError, SystemError):
         return "unreadable"
+
+
+def code_fingerprint(code: types.CodeType, depth: int = 0) -> str:
+    """What a function's code does, independent of where it was written: the instructions with
+    their arguments resolved (constants, names, nested code), the argument counts and locals.
+    Line numbers, file, qualified name and docstring are left out, and compiler flags other
+    than the code's own kind (a `from __future__` import), so the template's method compiled
+    by the judge and the same method in a notebook cell compare equal.  Taken by the judge only:
+    of the template's code, and of the bound code's parts the worker sends (`rebuilt_code`)."""
+    if depth > 8:
+        return "<too deep>"
+    parts = [
+        f"args {code.co_argcount} {code.co_posonlyargcount} {code.co_kwonlyargcount} flags {code.co_flags & 0xFFFF}",
+        f"locals {code.co_varnames!r} free {code.co_freevars!r} cells {code.co_cellvars!r}",
+    ]
+    for instruction in dis.get_instructions(code):
+        if instruction.opname in ("CACHE", "RESUME", "NOP"):
+            continue
+        arg = instruction.argval
+        if type(arg) is type(code):
+            arg = "{" + code_fingerprint(arg, depth + 1) + "}"
+        else:
+            arg = repr(arg)
+        # A call of an imported module's function compiles to LOAD_ATTR when the import is in the
+        # same cell or module (CPython 3.11's is_import_originated), to LOAD_METHOD otherwise.
+        name = "LOAD_ATTR" if instruction.opname == "LOAD_METHOD" else instruction.opname
+        parts.append(f"{name} {arg}")
+    return "\n".join(parts)
 
 
 def bound_changes(bound: dict[str, str], noted: list[Text]) -> list[Text]:

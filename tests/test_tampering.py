@@ -417,3 +417,28 @@ def test_tampering_is_on_every_scorecard_the_csv_and_the_dashboard() -> None:
     assert table[0][-1] == "tampering" and table[1][-1] == "2 (forged, gc), 1 cost points"
     page = dashboard.render([entry], "en")
     assert 'class="badge tampering"' in page and "2 (forged, gc), 1 cost points" in page
+
+
+# --- the given code as bound: parts read in the worker, fingerprint taken by the judge ---------------
+
+def test_the_given_methods_parts_give_the_templates_fingerprint() -> None:
+    from grader import given_code
+
+    namespace: dict[str, Any] = {}
+    exec(compile((ROOT / "reference" / "paged_attention.py").read_text(encoding="utf-8"), "<cell 1>", "exec"), namespace)
+    template = given_code.template_code()
+    for name, methods in given_code.wholly_given().items():
+        for method in methods:
+            parts = READINGS.bound_code(namespace[name], method)
+            assert given_code.bound_digest(json.loads(json.dumps(parts))) == template[f"{name}.{method}"], (name, method)
+    assert READINGS.bound_code(namespace["paged_attention"], "x") == "not a class"
+    assert READINGS.bound_code(namespace["Request"], "nowhere") == "missing"
+
+
+@pytest.mark.parametrize("parts", [{}, {"args": [1, 0, 0, 3], "code": "!!", "consts": [], "names": [], "varnames": [], "freevars": [], "cellvars": []},
+                                   {"args": [1, 0, 0, 3], "code": "AAA=", "consts": [{"code": {}}], "names": [1], "varnames": [], "freevars": [], "cellvars": []},
+                                   "missing"])
+def test_parts_that_are_not_a_code_object_are_said_so(parts: Any) -> None:
+    from grader import given_code
+
+    assert given_code.bound_digest(parts) in ("unreadable", "missing")
