@@ -80,7 +80,7 @@ attempt("open /proc/self/mem", lambda: open("/proc/self/mem", "rb"))
 attempt("os.open /proc/self/task/x/mem", lambda: os.open(f"/proc/self/task/{threading.get_native_id()}/mem", os.O_RDONLY))
 attempt("ctypes.string_at", lambda: ctypes.string_at(id(out), 8))
 attempt("ctypes.pythonapi", lambda: ctypes.pythonapi.PyEval_GetFrame)
-attempt("code.replace", lambda: (lambda: 0).__code__.replace(co_code=b"d\x00S\x00"))
+attempt("code.replace", lambda: (lambda: 0).__code__.replace(co_name="renamed"))  # torch.compile makes code objects
 attempt("getframe below grader code", lambda: grader_call(lambda: sys._getframe()))
 attempt("getframe of the caller's own frame", lambda: sys._getframe())
 def raise_through():
@@ -140,7 +140,7 @@ def attacks() -> dict[str, Any]:
 
 @pytest.mark.parametrize("name", [
     "gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys.settrace", "sys.setprofile", "sys.addaudithook",
-    "open /proc/self/mem", "os.open /proc/self/task/x/mem", "ctypes.string_at", "ctypes.pythonapi", "code.replace",
+    "open /proc/self/mem", "os.open /proc/self/task/x/mem", "ctypes.string_at", "ctypes.pythonapi",
     "getframe below grader code", "tb_frame of grader code", "gi_frame of grader code", "__code__ of a grader function",
     "__code__ assigned to a grader function", "f_code of a grader frame reached by f_back", "sys._current_frames in a session",
 ])
@@ -150,7 +150,7 @@ def test_every_audited_route_to_the_grader_is_denied(attacks: dict[str, Any], na
 
 @pytest.mark.parametrize("name", [
     "getframe of the caller's own frame", "tb_frame of the caller's own", "gi_frame of the caller's own", "__code__ of the caller's own",
-    "sys._current_frames before a grader thread", "f_code of the frame a signal handler got",
+    "sys._current_frames before a grader thread", "f_code of the frame a signal handler got", "code.replace",
 ])
 def test_the_same_operations_on_the_submissions_own_objects_work(attacks: dict[str, Any], name: str) -> None:
     assert attacks[name] == "allowed"

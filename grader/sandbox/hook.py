@@ -17,7 +17,8 @@ hook.  Denied:
 - a second audit hook (it would be handed every audited object, the grader's among them);
 - a process's memory through a path (/proc/<pid>/mem, map_files) or through ctypes reading an
   address (from_address, string_at, PyObj_FromPtr, the interpreter's own C functions through
-  ctypes.pythonapi), and code objects made from bytes (code.__new__: bytecode can read memory).
+  ctypes.pythonapi).  Code objects made from bytes (code.__new__, code.replace) are not denied:
+  torch.compile makes them, and raw memory is within reach anyway (docs/trust.md).
 
 What CPython does not audit, and the hook therefore cannot see, is listed in docs/trust.md
 (frame.f_back, function.__globals__, object.__subclasses__(), a signal handler's frame, and
@@ -49,7 +50,7 @@ WATCHED = frozenset((
     "gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames", "sys._getframe",
     "object.__getattr__", "object.__setattr__", "object.__delattr__", "sys.settrace", "sys.setprofile",
     "sys.addaudithook", "open", "ctypes.cdata", "ctypes.cdata/buffer", "ctypes.string_at", "ctypes.wstring_at",
-    "ctypes.PyObj_FromPtr", "ctypes.dlsym", "code.__new__",
+    "ctypes.PyObj_FromPtr", "ctypes.dlsym",
 ))
 FRAME_GETTERS = frozenset(("tb_frame", "gi_frame", "cr_frame", "ag_frame"))
 LOCATING = object()  # the hook's mark while it looks up where a denied call was made
@@ -151,8 +152,6 @@ def make_hook(protected):
             name = args[1] if _len(args) > 1 else None
             if _is(_type(name), _str) and (name.startswith("Py") or name.startswith("_Py")):
                 what = ("memory", "ctypes.pythonapi." + name[:80])
-        elif event == "code.__new__":
-            what = ("code", event)
         else:  # ctypes reading or writing an address
             what = ("memory", event)
         if what is None:
