@@ -1,4 +1,4 @@
-"""The worker's grader code (grader/sandbox/hook.py, readings.py, machinery.py), loaded in a test
+"""The worker's grader code (grader/sandbox/hook.py, readings.py, answers.py, machinery.py), loaded in a test
 process as worker.arm_machinery loads it: modules that stay out of sys.modules.  Nothing is
 installed (no audit hook, no fork callback): a test drives `answer()` itself."""
 
@@ -19,7 +19,7 @@ def machinery() -> Any:
     """The machinery module (its companions loaded with it, as the worker loads them)."""
     modules = {}
     try:
-        for name in ("hook", "readings", "machinery"):
+        for name in ("hook", "readings", "answers", "machinery"):
             with open(f"{SANDBOX}/{name}.py", encoding="utf-8") as source:
                 code = compile(source.read(), f"<grader {name}>", "exec", dont_inherit=True)
             module = types.ModuleType(f"_pa_grader_{name}")
@@ -27,7 +27,7 @@ def machinery() -> Any:
             exec(code, module.__dict__)
             modules[name] = module
     finally:
-        for name in ("hook", "readings", "machinery"):
+        for name in ("hook", "readings", "answers", "machinery"):
             sys.modules.pop(f"_pa_grader_{name}", None)
     machinery = modules["machinery"]
     machinery.SETUP.update(zygote=-1, key=b"k" * 32)

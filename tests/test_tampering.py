@@ -1,4 +1,4 @@
-"""The grader's own code in the worker (grader/sandbox/hook.py, readings.py, machinery.py) and what
+"""The grader's own code in the worker (grader/sandbox/hook.py, readings.py, answers.py, machinery.py) and what
 the judge makes of tampering with it (grader/tampering.py): quick tests, no grading.
 
 The audit hook is installed in a fresh interpreter (an audit hook cannot be removed, so never in

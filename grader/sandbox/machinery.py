@@ -1,8 +1,8 @@
 """The grader's own code in a graded process: what no cell or graded call can reach or change.
 
-Not imported.  Before any cell runs, worker.py loads this file and its two companions
-(hook.py, readings.py) as modules that are never in sys.modules once loaded (`load`), and
-calls `install`, which leaves the grader's code in two places only, both out of Python's reach
+Not imported.  Before any cell runs, worker.py loads this file and its companions (hook.py,
+readings.py, answers.py) as modules that stay in sys.modules only while they load, and calls
+`install`, which leaves the grader's code in two places only, both out of Python's reach
 without an operation the audit hook denies: the interpreter's list of audit hooks, and its
 list of functions run after fork() (os.register_at_fork, here a C callable).  Everything else in
 the worker (cells; wire.py's replies about cells) is the submission's to rewrite, and the judge
@@ -13,9 +13,9 @@ judge on a connection of its own, each frame it sends signed with HMAC-SHA256 un
 judge gave before any cell ran (over the frame's number, the digest of the request it answers
 and its bytes: a frame written by anything else on that connection, replayed or reordered, is
 refused by the judge).  It runs no code of the submission's: every call, attribute read and
-iteration goes to the session's caller thread (readings.py), and what comes back is read here
-with C functions only.  So the grader thread itself observes what the judge must not take on
-testimony: what a call returned and whether it changed later (the digests of kept results),
+iteration goes to the session's caller thread (readings.py), and what comes back is read with
+C functions only (answers.py: the operations).  So the grader thread itself observes what the
+judge must not take on testimony: what a call returned and whether it changed later (the digests of kept results),
 the caller's edit of a kept result, the views of the judge's files handed to paged_attention
 and to the pool, the allocator's state, the given methods as bound.
 
@@ -30,45 +30,15 @@ from _socket import AF_UNIX, SOCK_STREAM
 from _socket import socket as raw_socket
 from _struct import pack, unpack
 from _thread import get_ident, start_new_thread
-from binascii import a2b_base64
 from functools import partial
-from mmap import MAP_SHARED, PROT_READ, PROT_WRITE
-from mmap import mmap as map_file
-from operator import itemgetter, setitem
-from os import O_CLOEXEC, O_NOFOLLOW, O_RDWR, _exit, getpid, register_at_fork
+from os import _exit, getpid, register_at_fork
 from os import close as close_fd
-from os import open as open_fd
 from sys import addaudithook
 from types import SimpleNamespace
 
-import torch
-from _pa_grader_hook import EVENTS, HOOK_STATE, make_hook
-from _pa_grader_readings import (
-    DTYPE_OF,
-    DTYPES,
-    LIST_LEN,
-    SIZE_OF,
-    TENSOR,
-    TYPE_NAME,
-    as_int,
-    bound_code,
-    call,
-    calls,
-    described,
-    digest,
-    edit,
-    has_base,
-    int_list,
-    make_guard,
-    method,
-    outcome,
-    plain_reading,
-    refused,
-    start_caller,
-    student_error,
-    tensor_facts,
-    tensor_reading,
-)
+from _pa_grader_answers import answer, grader_error, new_events, new_session
+from _pa_grader_hook import HOOK_STATE, make_hook
+from _pa_grader_readings import make_guard, start_caller
 
 MAX_FRAME = 256 << 20
 HELLO = openssl_sha256(b"hello").digest()
@@ -76,8 +46,6 @@ ENCODE = make_encoder(None, None, encode_basestring_ascii, None, ":", ",", False
 SCAN = make_scanner(SimpleNamespace(strict=True, object_hook=None, object_pairs_hook=None, parse_float=float, parse_int=int,
                                     parse_constant={"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}.__getitem__,
                                     memo={}))
-CUDA_SYNC = torch.cuda.synchronize
-ATTENTION_INPUTS = ("query", "key_cache", "value_cache", "block_tables", "seq_lens")
 SETUP = {}  # what install() was given: the key, the judge's socket, the cells' namespace, ...
 # Landlock (confine.scope_session), through a library handle of this module's own: the grader and
 # caller threads are scoped as the session child's main thread is (no signal to the zygote or to
@@ -131,427 +99,7 @@ def send_signed(session, body, request):
     session["sock"].sendall(pack(">I", len(mac) + len(body)) + mac + body)
 
 
-# --- what a call gives back -----------------------------------------------------------------------
-
-def student_call(session, function, *args, **kwargs):
-    """The value of `function(*args, **kwargs)` run on the caller thread; what it raised, described, raises."""
-    return outcome(session, call(session, function, *args, **kwargs))
-
-
-def _keep(session, msg, value):
-    keep = msg.get("keep")
-    if type(keep) is int:
-        session["kept"][keep] = value
-    return value
-
-
-def _tensor_reply(value):
-    reading = tensor_reading(value)
-    if "data" not in reading:
-        raise refused(reading)
-    return reading
-
-
-def _handle(session, value):
-    if type(value) is not int or value not in session["handles"]:
-        raise LookupError("an unknown handle")
-    return session["handles"][value]
-
-
-def _ints(value, what):
-    if type(value) is not list or not all(type(i) is int for i in value):
-        raise TypeError(f"{what} of the wrong form")
-    return value
-
-
-def _shape(payload):
-    shape = payload.get("shape")
-    if type(shape) is not list or not all(type(d) is int and d >= 0 for d in shape):
-        raise TypeError("a tensor shape of the wrong form")
-    count = 1
-    for d in shape:
-        count *= d
-    return shape, count
-
-
-def shared_map(session, spec):
-    """A file of the judge's, mapped shared (kept mapped until the example ends)."""
-    if type(spec) is not dict or type(spec.get("path")) is not str or type(spec.get("size")) is not int:
-        raise TypeError("a shared file of the wrong form")
-    fd = open_fd(spec["path"], O_RDWR | O_NOFOLLOW | O_CLOEXEC)
-    try:
-        mapped = map_file(fd, spec["size"], MAP_SHARED, PROT_READ | PROT_WRITE)
-    finally:
-        close_fd(fd)
-    session["maps"].append(mapped)
-    return mapped
-
-
-def tensor_from(payload, device="cpu", mapped=None):
-    """A tensor the judge describes: a view of its shared file, or made from the bytes it sent."""
-    if type(payload) is not dict or type(payload.get("dtype")) is not str or payload["dtype"] not in DTYPES:
-        raise TypeError("a tensor of the wrong form")
-    dtype = DTYPES[payload["dtype"]]
-    shape, count = _shape(payload)
-    if count == 0:
-        return torch.empty(shape, dtype=dtype, device=device)
-    if mapped is not None and type(payload.get("offset")) is int:
-        return TENSOR.view(torch.frombuffer(mapped, dtype=dtype, count=count, offset=payload["offset"]), shape)
-    if type(payload.get("data")) is not str:
-        raise TypeError("tensor bytes of the wrong form")
-    flat = torch.frombuffer(bytearray(a2b_base64(payload["data"])), dtype=dtype)
-    return TENSOR.to(TENSOR.clone(TENSOR.reshape(flat, shape)), device)
-
-
-# --- operations (what the judge asks; the reproduction writes the same calls) ------------------------
-
-def op_observe(session, msg):
-    return None
-
-
-def op_reseed(session, msg):
-    """A new example: its objects let go of on the caller thread; every random state as at the start."""
-    old = [session["handles"], session["kept"], session["pools"], session["caches"], session["maps"], session["grave"]]
-    session.update(handles={}, kept={}, pools={}, caches={}, maps=[], grave=[])
-    if calls(session, (list.clear, old), *((seed, 0) for seed in session["seeds"])) is None:
-        for seed in session["seeds"]:  # one raised (a seed function the cells replaced): said by the one that did
-            student_call(session, seed, 0)
-    return None
-
-
-def op_new(session, msg):
-    cls, kwargs = msg.get("cls"), msg.get("kwargs")
-    if type(cls) is not str or type(kwargs) is not dict:
-        raise TypeError("a constructor call of the wrong form")
-    if cls not in session["ns"]:
-        raise refused({"type": "KeyError", "message": repr(cls), "not_implemented": False, "rejected_return": False,
-                       "isa": ["Exception", "KeyError", "LookupError"], "traceback": ""})
-    value = student_call(session, session["ns"][cls], **kwargs)
-    handle = len(session["handles"]) + 1
-    session["handles"][handle] = value
-    return handle
-
-
-def _contract(session, name):
-    function = session["ns"].get(name)
-    if function is None:
-        raise refused({"type": "KeyError", "message": repr(name), "not_implemented": False, "rejected_return": False,
-                       "isa": ["Exception", "KeyError", "LookupError"], "traceback": ""})
-    return function
-
-
-def op_ledger(session, msg):
-    args, kwargs = msg.get("args", []), msg.get("kwargs", {})
-    if type(args) is not list or type(kwargs) is not dict:
-        raise TypeError("a ledger call of the wrong form")
-    value = _keep(session, msg, student_call(session, _contract(session, "estimate_kv_cache_bytes"), *args, **kwargs))
-    return plain_reading(session, value)
-
-
-def op_method(session, msg):
-    if type(msg.get("name")) is not str or type(msg.get("args", [])) is not list:
-        raise TypeError("a method call of the wrong form")
-    target = _handle(session, msg.get("target"))
-    args = [_handle(session, h) for h in msg.get("args", [])]
-    value = _keep(session, msg, student_call(session, method(msg["name"], *args), target))
-    return plain_reading(session, value)
-
-
-def op_get_cache(session, msg):
-    manager, req = _handle(session, msg.get("manager")), _handle(session, msg.get("request"))
-    return _tensor_reply(_keep(session, msg, student_call(session, method("get_physical_cache", req), manager)))
-
-
-def op_attention(session, msg):
-    device = msg.get("device", "cpu")
-    if device not in ("cpu", "cuda"):
-        raise TypeError("an unknown device")
-    mapped = shared_map(session, msg["shared"]) if msg.get("shared") is not None else None
-    inputs, previous = {}, session["caches"]
-    for name in ATTENTION_INPUTS:
-        payload = msg.get(name)
-        if type(payload) is dict and payload.get("reused") is True:
-            # The example's caches, which the judge wrote in place in the file that holds them (a decode step).
-            if name not in previous:
-                raise LookupError("no earlier caches to reuse")
-            inputs[name] = previous[name]
-        else:
-            inputs[name] = tensor_from(payload, device, mapped)
-    if msg.get("reuse_caches") is True and mapped is None:
-        # No shared file (CUDA): the new caches copied into the previous call's tensors.
-        for name in ("key_cache", "value_cache"):
-            if name in previous and SIZE_OF(previous[name]) == SIZE_OF(inputs[name]) and DTYPE_OF(previous[name]) == DTYPE_OF(inputs[name]):
-                TENSOR.copy_(previous[name], inputs[name])
-                inputs[name] = previous[name]
-    session["caches"] = {"key_cache": inputs["key_cache"], "value_cache": inputs["value_cache"]}
-    style, scale = msg.get("scale_style"), msg.get("scale")
-    args = [inputs[name] for name in ATTENTION_INPUTS]
-    function = _contract(session, "paged_attention")
-    if style == "positional":
-        value = student_call(session, function, *args, scale)
-    elif style == "keyword":
-        value = student_call(session, function, *args, scale=scale)
-    else:
-        value = student_call(session, function, *args)
-    if device == "cuda":
-        student_call(session, CUDA_SYNC)
-    return {"output": _tensor_reply(_keep(session, msg, value))}
-
-
-def op_share_pool(session, msg):
-    """The pool becomes a tensor on the judge's file, mapped shared: what any call writes into it,
-    the judge reads back itself.  The reproduction writes it as `m.physical_kv_cache = ...`."""
-    manager = _handle(session, msg.get("manager"))
-    shape, count = _shape(msg)
-    if msg.get("dtype") not in DTYPES or type(msg.get("shared")) is not dict or type(msg["shared"].get("path")) is not str:
-        raise TypeError("a pool of the wrong form")
-    pool = TENSOR.view(torch.from_file(msg["shared"]["path"], shared=True, size=count, dtype=DTYPES[msg["dtype"]]), shape)
-    session["pools"][msg["manager"]] = pool
-    student_call(session, setattr, manager, "physical_kv_cache", pool)
-    return None
-
-
-def op_set_pool(session, msg):
-    manager, tensor = _handle(session, msg.get("manager")), tensor_from(msg.get("tensor"))
-    if msg.get("rebind") is True:  # a new tensor object, as `m.physical_kv_cache = ...` makes
-        student_call(session, setattr, manager, "physical_kv_cache", tensor)
-    else:
-        student_call(session, method("copy_", tensor), student_call(session, getattr, manager, "physical_kv_cache"))
-    return None
-
-
-def op_edit_kept(session, msg):
-    """The caller changes what a call gave it (its own to change): every entry set to 0.  A later
-    call must not see that (a result kept and handed out again, an lru_cache)."""
-    key = msg.get("key")
-    if type(key) is int and key in session["kept"]:
-        edit(session["kept"][key])
-    return None
-
-
-def op_permute(session, msg):
-    """Reorder the free list (any order is legal): `m.free_blocks[:] = [m.free_blocks[i] for i in order]`."""
-    manager, order = _handle(session, msg.get("manager")), _ints(msg.get("order"), "an order")
-    free = student_call(session, getattr, manager, "free_blocks")
-    if not order:
-        items = []
-    elif len(order) == 1:
-        items = [student_call(session, method("__getitem__", order[0]), free)]
-    else:
-        items = list(student_call(session, itemgetter(*order), free))
-    student_call(session, setitem, student_call(session, getattr, manager, "free_blocks"), slice(None), items)
-    return None
-
-
-def op_place(session, msg):
-    """Give a request blocks the way a correct prefill would: exactly what the reproduction
-    writes, `r.block_table = [m.free_blocks.pop(i) for i in indices]`."""
-    manager, req = _handle(session, msg.get("manager")), _handle(session, msg.get("request"))
-    blocks = [student_call(session, method("pop", i), student_call(session, getattr, manager, "free_blocks"))
-              for i in _ints(msg.get("indices"), "indices")]
-    student_call(session, setattr, req, "block_table", blocks)
-    return None
-
-
-def op_set_table(session, msg):
-    req, table = _handle(session, msg.get("request")), _ints(msg.get("table"), "a table")
-    if type(msg.get("seq_len")) is not int:
-        raise TypeError("a length of the wrong form")
-    student_call(session, setattr, req, "block_table", list(table))
-    student_call(session, setattr, req, "seq_len", msg["seq_len"])
-    return None
-
-
-def op_manager_meta(session, msg):
-    """What the given constructor sets up: the sizes it keeps and its pool (shape, dtype, all zero)."""
-    manager = _handle(session, msg.get("manager"))
-    sizes = [plain_reading(session, student_call(session, getattr, manager, name)) for name in ("num_blocks", "block_size", "head_dim")]
-    pool = student_call(session, getattr, manager, "physical_kv_cache")
-    if not has_base(type(pool), TENSOR):
-        return {"__dict__": [["sizes", {"__list__": sizes}], ["pool", None]]}
-    shape, dtype, zero = tensor_facts(pool)
-    return {"__dict__": [["sizes", {"__list__": sizes}], ["pool", {"__list__": [{"__list__": shape}, dtype, zero]}]]}
-
-
-def op_request_meta(session, msg):
-    """The id a request keeps (the given constructor sets it)."""
-    return plain_reading(session, student_call(session, getattr, _handle(session, msg.get("request")), "request_id"))
-
-
-def op_given_methods(session, msg):
-    """The code of each given method as bound now, reached the way a call reaches it (through
-    the class bound to the contract's name, its bases, decorators, setattr, later assignments):
-    its parts (the judge takes their fingerprint), or what else is bound there."""
-    methods = msg.get("methods")
-    if type(methods) is not dict:
-        raise TypeError("methods of the wrong form")
-    found = {}
-    for name, names in methods.items():
-        cls = session["ns"].get(name)
-        for name_of_method in names if type(names) is list else []:
-            try:
-                found[f"{name}.{name_of_method}"] = bound_code(cls, name_of_method)
-            except BaseException:
-                found[f"{name}.{name_of_method}"] = "unreadable"
-    return found
-
-
-OPERATIONS = {
-    "observe": op_observe, "reseed": op_reseed, "new": op_new, "ledger": op_ledger, "method": op_method,
-    "get_cache": op_get_cache, "attention": op_attention, "share_pool": op_share_pool, "set_pool": op_set_pool,
-    "edit_kept": op_edit_kept, "permute": op_permute, "place": op_place, "set_table": op_set_table,
-    "manager_meta": op_manager_meta, "request_meta": op_request_meta, "given_methods": op_given_methods,
-}
-
-
-# --- the state after a call -------------------------------------------------------------------------
-
-def _observed(session, read):
-    """{"ok": value} or {"error": ...}, as a caller reading the submission's objects would see them."""
-    try:
-        return {"ok": read()}
-    except BaseException as error:
-        return {"error": described(error) or _grader_error(error)}
-
-
-def _shown_error(session, observed, value):
-    """An observation that failed on a value it got: the value shown (str() of it, on the caller thread)."""
-    if "error" in observed:
-        ok, shown = call(session, str, value)
-        observed["error"]["shown"] = shown[:200] if ok and type(shown) is str else "<unreadable>"
-    return observed
-
-
-def _observed_list(session, owner, name):
-    """A list of ints the submission keeps (the contract says list; the judge decides), with its container's kind."""
-    ok, value = call(session, getattr, owner, name)
-    if not ok:
-        return {"error": student_error(session, value, session.get("traceback_of"))}
-    observed = _observed(session, lambda: int_list(session, value, name))
-    if "ok" in observed:
-        observed["type"] = "list" if has_base(type(value), list) else TYPE_NAME(type(value))[:40]
-        return observed
-    return _shown_error(session, observed, value)
-
-
-def _seq_len(session, req):
-    ok, value = call(session, getattr, req, "seq_len")
-    if not ok:
-        return {"error": student_error(session, value, session.get("traceback_of"))}
-    number = as_int(value)
-    if number is not None:
-        return {"ok": number}
-    message = f"seq_len should be an int, got {TYPE_NAME(type(value))}"
-    return _shown_error(session, {"error": {"type": "TypeError", "message": message, "not_implemented": False, "rejected_return": False,
-                                            "isa": ["Exception", "TypeError"], "traceback": ""}}, value)
-
-
-def _read_at_once(session, manager, pool, requests):
-    """The allocator's state in two jobs (every attribute, then every list), as `snapshot` reads it
-    one call at a time; None when anything is not as a correct allocator leaves it (plain lists of
-    ints, an int length), and `snapshot` then reads it one call at a time, to say what."""
-    reads = [(getattr, manager, "free_blocks")] if manager is not None else []
-    if pool is not None:
-        reads.append((getattr, manager, "physical_kv_cache"))
-    first = len(reads)  # the requests' (seq_len, block_table) pairs start here
-    for req in requests.values():
-        reads += [(getattr, req, "seq_len"), (getattr, req, "block_table")]
-    values = calls(session, *reads)
-    if values is None:
-        return None
-    listed = ([values[0]] if manager is not None else []) + [values[first + 2 * i + 1] for i in range(len(requests))]
-    seq_lens = [values[first + 2 * i] for i in range(len(requests))]
-    if not all(type(v) is list for v in listed) or not all(type(n) is int for n in seq_lens):
-        return None
-    items = calls(session, *((list, v) for v in listed))
-    if items is None or not all(type(lst) is list and all(type(i) is int for i in lst) for lst in items):
-        return None
-    state = {}
-    if manager is not None:
-        state["free_blocks"] = {"ok": items[0], "type": "list"}
-        if pool is not None:
-            state["pool"] = {"same": {"ok": values[1] is pool}}
-    tables = items[1:] if manager is not None else items
-    state["requests"] = {handle: {"seq_len": {"ok": n}, "block_table": {"ok": t, "type": "list"}}
-                         for handle, n, t in zip(requests, seq_lens, tables, strict=True)}
-    return state
-
-
-def snapshot(session, spec):
-    """The allocator's state as a caller reads it, and the kept results' digests, both read here."""
-    if type(spec) is not dict:
-        raise TypeError("a snapshot of the wrong form")
-    manager = _handle(session, spec["manager"]) if spec.get("manager") is not None else None
-    pool = session["pools"].get(spec.get("manager")) if manager is not None else None
-    asked = spec.get("requests", [])
-    requests = {str(h): _handle(session, h) for h in (asked if type(asked) is list else [])}
-    state = _read_at_once(session, manager, pool, requests) if manager is not None or requests else {"requests": {}}
-    if state is None:
-        state = _read_one_at_a_time(session, manager, pool, requests)
-    kept = spec.get("kept")
-    if kept is not None:
-        if type(kept) is not list:
-            raise TypeError("kept keys of the wrong form")
-        state["kept"] = [digest(session, session["kept"][key]) if type(key) is int and key in session["kept"] else None for key in kept]
-    return state
-
-
-def _read_one_at_a_time(session, manager, pool, requests):
-    state = {}
-    if manager is not None:
-        state["free_blocks"] = _observed_list(session, manager, "free_blocks")
-        if pool is not None:
-            state["pool"] = {"same": _observed(session, lambda: student_call(session, getattr, manager, "physical_kv_cache") is pool)}
-    state["requests"] = {handle: {"seq_len": _seq_len(session, req), "block_table": _observed_list(session, req, "block_table")}
-                         for handle, req in requests.items()}
-    return state
-
-
-# --- one request ------------------------------------------------------------------------------------
-
-def _grader_error(error):
-    """An error of this code or of the judge's message (the submission's comes described)."""
-    found = described(error)
-    if found is not None:
-        return found
-    message = error.args[0] if error.args and type(error.args[0]) is str else ""
-    return {"type": TYPE_NAME(type(error)), "message": message[:500], "traceback": "", "isa": [], "not_implemented": False,
-            "rejected_return": False}
-
-
-def answer(session, msg):
-    """The reply to one request of the judge (plain data), with the denials recorded since the last."""
-    reply = {"id": msg.get("id")}
-    operation = OPERATIONS.get(msg.get("op")) if type(msg.get("op")) is str else None
-    try:
-        if operation is None:
-            raise LookupError("an unknown operation")
-        reply["value"] = operation(session, msg)
-        reply["ok"] = True
-    except BaseException as error:
-        reply["ok"] = False
-        reply["error"] = _grader_error(error)
-    if msg.get("snapshot"):
-        try:
-            reply["state"] = snapshot(session, msg["snapshot"])
-        except BaseException as error:
-            reply["state_error"] = _grader_error(error)
-    reply["tamper"] = new_events(session)
-    return reply
-
-
-def new_events(session):
-    """The denials recorded since the last frame: [what, detail, where, while the cells ran, in the grader thread]."""
-    start = session["events_sent"]
-    session["events_sent"] = LIST_LEN(EVENTS)
-    return [[e[0], e[1], e[2], e[3] == SETUP["zygote"], e[4]] for e in EVENTS[start:start + 50]]
-
-
-def new_session(ns, caller, seeds, traceback_of=None):
-    """A session's state: its caller thread, the objects of its current example, what its calls returned."""
-    return {"ns": ns, "caller": caller, "seeds": seeds, "traceback_of": traceback_of, "handles": {}, "kept": {}, "pools": {},
-            "caches": {}, "maps": [], "grave": [], "sent": 0, "events_sent": 0, "sock": None}
-
+# --- the grader thread --------------------------------------------------------------------------
 
 def scope_thread():
     """This thread's Landlock scope, as the session child's main thread has it (a thread is scoped alone)."""
@@ -568,7 +116,7 @@ def grader_thread(ready, number):
     ready.acquire()  # the main thread has confined the process and put the session's number in `number`
     HOOK_STATE["grader_thread"] = get_ident()
     scope_thread()  # before the caller thread starts: it inherits the scope
-    session = new_session(SETUP["ns"], start_caller(SETUP["guard"]), SETUP["seeds"], SETUP["traceback_of"])
+    session = new_session(SETUP["ns"], start_caller(SETUP["guard"]), SETUP["seeds"], SETUP["traceback_of"], SETUP["zygote"])
     try:
         sock = raw_socket(AF_UNIX, SOCK_STREAM)
         sock.connect(SETUP["path"])
@@ -592,14 +140,14 @@ def reply_bytes(reply):
     try:
         return encode(reply)
     except BaseException as error:
-        return encode({"id": reply.get("id"), "ok": False, "error": _grader_error(error), "tamper": reply.get("tamper", [])})
+        return encode({"id": reply.get("id"), "ok": False, "error": grader_error(error), "tamper": reply.get("tamper", [])})
 
 
 def install(key, path, ns, seeds, traceback_of, ready, number, protected):
     """Before the first cell: the audit hook armed, and every fork of this process starting a
     grader thread, which waits for `ready` (released by the session child's main thread once it
     has put the session's number in `number`: worker.py).  `protected`: the namespaces of the
-    grader's code (hook.py, readings.py and this file's)."""
+    grader's code (hook.py, readings.py, answers.py and this file's)."""
     SETUP.update(key=key, path=path, ns=ns, seeds=seeds, traceback_of=traceback_of, zygote=getpid(), guard=make_guard())
     addaudithook(make_hook(protected))
     register_at_fork(after_in_child=partial(start_new_thread, grader_thread, (ready, number)))

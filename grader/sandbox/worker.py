@@ -95,7 +95,7 @@ shell_module = _sandbox_module("shell")
 # The grader's own code in the graded process (machinery.py and the two modules it imports),
 # compiled now, while its files can be read, and executed before the first cell (arm_machinery).
 MACHINERY = {}
-for _name in ("hook", "readings", "machinery"):
+for _name in ("hook", "readings", "answers", "machinery"):
     with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{_name}.py"), encoding="utf-8") as _source:
         MACHINERY[_name] = compile(_source.read(), f"<grader {_name}>", "exec", dont_inherit=True)
 BLOCKED_TOP_LEVEL = confinement.BLOCKED_TOP_LEVEL
