@@ -86,8 +86,8 @@ def _hunting(function):
 _hunt()
 estimate_kv_cache_bytes = _hunting(estimate_kv_cache_bytes)
 paged_attention = _hunting(paged_attention)
-KVCacheManager.prefill = _hunting(KVCacheManager.prefill)
-KVCacheManager.decode = _hunting(KVCacheManager.decode)
+KVCacheManager.allocate_for_prefill = _hunting(KVCacheManager.allocate_for_prefill)
+KVCacheManager.allocate_for_decode = _hunting(KVCacheManager.allocate_for_decode)
 KVCacheManager.get_physical_cache = _hunting(KVCacheManager.get_physical_cache)
 '''
 
