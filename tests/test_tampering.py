@@ -442,3 +442,48 @@ def test_parts_that_are_not_a_code_object_are_said_so(parts: Any) -> None:
     from grader import given_code
 
     assert given_code.bound_digest(parts) in ("unreadable", "missing")
+
+
+# --- plain attributes: read and written by the grader thread itself, nothing of the submission's run ---
+
+class _Plain:
+    shared = 5
+
+    def __init__(self) -> None:
+        self.free_blocks = [1, 2]
+
+
+class _Property(_Plain):
+    @property
+    def free_blocks(self) -> list[int]:
+        return [9]
+
+    @free_blocks.setter
+    def free_blocks(self, value: list[int]) -> None:
+        pass
+
+
+class _Hooked(_Plain):
+    def __getattribute__(self, name: str) -> Any:
+        return [7]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        pass
+
+
+class _Slotted:
+    __slots__ = ("free_blocks",)
+
+
+def test_a_plain_attribute_is_read_and_written_here_and_nothing_else_is() -> None:
+    plain = _Plain()
+    assert READINGS.plain_attribute(plain, "free_blocks") == (True, [1, 2]) and READINGS.plain_attribute(plain, "shared") == (True, 5)
+    assert READINGS.plain_assign(plain, "free_blocks", [3]) and plain.free_blocks == [3]
+    assert READINGS.plain_attribute(plain, "missing") == (False, None)
+    assert READINGS.plain_attribute(plain, "__init__") == (False, None)  # a function: bound on the way out
+    for other in (_Property(), _Hooked.__new__(_Hooked), _Slotted()):
+        assert READINGS.plain_attribute(other, "free_blocks") == (False, None), type(other)
+        assert READINGS.plain_assign(other, "free_blocks", [3]) is False, type(other)
+    strange = _Plain()
+    setattr(strange, type("Name", (str,), {})("x"), 1)  # a key that is not a plain str: not read here
+    assert READINGS.plain_attribute(strange, "free_blocks") == (False, None)

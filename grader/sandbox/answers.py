@@ -18,11 +18,17 @@ from _pa_grader_hook import EVENTS
 from _pa_grader_readings import (
     DTYPE_OF,
     DTYPES,
+    LIST_COPY,
+    LIST_GET,
     LIST_LEN,
+    LIST_POP,
+    LIST_SET,
     SIZE_OF,
     TENSOR,
     TYPE_NAME,
     as_int,
+    assign,
+    attribute,
     bound_code,
     call,
     calls,
@@ -33,11 +39,13 @@ from _pa_grader_readings import (
     int_list,
     method,
     outcome,
+    plain_attribute,
     plain_reading,
     refused,
     student_error,
     tensor_facts,
     tensor_reading,
+    with_builtin_errors,
 )
 
 CUDA_SYNC = torch.cuda.synchronize
@@ -220,16 +228,20 @@ def op_share_pool(session, msg):
         raise TypeError("a pool of the wrong form")
     pool = TENSOR.view(torch.from_file(msg["shared"]["path"], shared=True, size=count, dtype=DTYPES[msg["dtype"]]), shape)
     session["pools"][msg["manager"]] = pool
-    student_call(session, setattr, manager, "physical_kv_cache", pool)
+    assign(session, manager, "physical_kv_cache", pool)
     return None
 
 
 def op_set_pool(session, msg):
     manager, tensor = _handle(session, msg.get("manager")), tensor_from(msg.get("tensor"))
     if msg.get("rebind") is True:  # a new tensor object, as `m.physical_kv_cache = ...` makes
-        student_call(session, setattr, manager, "physical_kv_cache", tensor)
+        assign(session, manager, "physical_kv_cache", tensor)
+        return None
+    pool = attribute(session, manager, "physical_kv_cache")
+    if type(pool) is torch.Tensor:  # a plain tensor's copy_ is torch's own
+        with_builtin_errors(TENSOR.copy_, pool, tensor)
     else:
-        student_call(session, method("copy_", tensor), student_call(session, getattr, manager, "physical_kv_cache"))
+        student_call(session, method("copy_", tensor), pool)
     return None
 
 
@@ -245,14 +257,20 @@ def op_edit_kept(session, msg):
 def op_permute(session, msg):
     """Reorder the free list (any order is legal): `m.free_blocks[:] = [m.free_blocks[i] for i in order]`."""
     manager, order = _handle(session, msg.get("manager")), _ints(msg.get("order"), "an order")
-    free = student_call(session, getattr, manager, "free_blocks")
-    if not order:
+    free = attribute(session, manager, "free_blocks")
+    if type(free) is list:  # a plain list's items are read here
+        items = [with_builtin_errors(LIST_GET, free, i) for i in order]
+    elif not order:
         items = []
     elif len(order) == 1:
         items = [student_call(session, method("__getitem__", order[0]), free)]
     else:
         items = list(student_call(session, itemgetter(*order), free))
-    student_call(session, setitem, student_call(session, getattr, manager, "free_blocks"), slice(None), items)
+    free = attribute(session, manager, "free_blocks")
+    if type(free) is list:
+        LIST_SET(free, slice(None), items)
+    else:
+        student_call(session, setitem, free, slice(None), items)
     return None
 
 
@@ -260,9 +278,11 @@ def op_place(session, msg):
     """Give a request blocks the way a correct prefill would: exactly what the reproduction
     writes, `r.block_table = [m.free_blocks.pop(i) for i in indices]`."""
     manager, req = _handle(session, msg.get("manager")), _handle(session, msg.get("request"))
-    blocks = [student_call(session, method("pop", i), student_call(session, getattr, manager, "free_blocks"))
-              for i in _ints(msg.get("indices"), "indices")]
-    student_call(session, setattr, req, "block_table", blocks)
+    blocks = []
+    for i in _ints(msg.get("indices"), "indices"):
+        free = attribute(session, manager, "free_blocks")
+        blocks.append(with_builtin_errors(LIST_POP, free, i) if type(free) is list else student_call(session, method("pop", i), free))
+    assign(session, req, "block_table", blocks)
     return None
 
 
@@ -270,16 +290,16 @@ def op_set_table(session, msg):
     req, table = _handle(session, msg.get("request")), _ints(msg.get("table"), "a table")
     if type(msg.get("seq_len")) is not int:
         raise TypeError("a length of the wrong form")
-    student_call(session, setattr, req, "block_table", list(table))
-    student_call(session, setattr, req, "seq_len", msg["seq_len"])
+    assign(session, req, "block_table", list(table))
+    assign(session, req, "seq_len", msg["seq_len"])
     return None
 
 
 def op_manager_meta(session, msg):
     """What the given constructor sets up: the sizes it keeps and its pool (shape, dtype, all zero)."""
     manager = _handle(session, msg.get("manager"))
-    sizes = [plain_reading(session, student_call(session, getattr, manager, name)) for name in ("num_blocks", "block_size", "head_dim")]
-    pool = student_call(session, getattr, manager, "physical_kv_cache")
+    sizes = [plain_reading(session, attribute(session, manager, name)) for name in ("num_blocks", "block_size", "head_dim")]
+    pool = attribute(session, manager, "physical_kv_cache")
     if not has_base(type(pool), TENSOR):
         return {"__dict__": [["sizes", {"__list__": sizes}], ["pool", None]]}
     shape, dtype, zero = tensor_facts(pool)
@@ -288,7 +308,7 @@ def op_manager_meta(session, msg):
 
 def op_request_meta(session, msg):
     """The id a request keeps (the given constructor sets it)."""
-    return plain_reading(session, student_call(session, getattr, _handle(session, msg.get("request")), "request_id"))
+    return plain_reading(session, attribute(session, _handle(session, msg.get("request")), "request_id"))
 
 
 def op_given_methods(session, msg):
@@ -363,21 +383,22 @@ def _read_at_once(session, manager, pool, requests):
     """The allocator's state in two jobs (every attribute, then every list), as `snapshot` reads it
     one call at a time; None when anything is not as a correct allocator leaves it (plain lists of
     ints, an int length), and `snapshot` then reads it one call at a time, to say what."""
-    reads = [(getattr, manager, "free_blocks")] if manager is not None else []
+    reads = [(manager, "free_blocks")] if manager is not None else []
     if pool is not None:
-        reads.append((getattr, manager, "physical_kv_cache"))
+        reads.append((manager, "physical_kv_cache"))
     first = len(reads)  # the requests' (seq_len, block_table) pairs start here
     for req in requests.values():
-        reads += [(getattr, req, "seq_len"), (getattr, req, "block_table")]
-    values = calls(session, *reads)
+        reads += [(req, "seq_len"), (req, "block_table")]
+    plain = [plain_attribute(owner, name) for owner, name in reads]  # here, for a plain class: no job at all
+    values = tuple(v for _, v in plain) if all(ok for ok, _ in plain) else calls(session, *((getattr, o, n) for o, n in reads))
     if values is None:
         return None
     listed = ([values[0]] if manager is not None else []) + [values[first + 2 * i + 1] for i in range(len(requests))]
     seq_lens = [values[first + 2 * i] for i in range(len(requests))]
     if not all(type(v) is list for v in listed) or not all(type(n) is int for n in seq_lens):
         return None
-    items = calls(session, *((list, v) for v in listed))
-    if items is None or not all(type(lst) is list and all(type(i) is int for i in lst) for lst in items):
+    items = [LIST_COPY(v) for v in listed]  # a plain list: copied here, nothing of the submission's runs
+    if not all(type(i) is int for lst in items for i in lst):
         return None
     state = {}
     if manager is not None:

@@ -50,7 +50,9 @@ TYPE_NAME = type.__dict__["__name__"].__get__
 TYPE_QUALNAME = type.__dict__["__qualname__"].__get__
 EXCEPTION_ARGS = BaseException.__dict__["args"].__get__
 DICT_ITEMS, DICT_KEYS, DICT_GET, DICT_SET = dict.items, dict.keys, dict.get, dict.__setitem__
-LIST_LEN, LIST_SET = list.__len__, list.__setitem__
+LIST_LEN, LIST_SET, LIST_GET, LIST_POP, LIST_COPY = list.__len__, list.__setitem__, list.__getitem__, list.pop, list.copy
+OBJECT_GETATTRIBUTE, OBJECT_SETATTR = object.__dict__["__getattribute__"], object.__dict__["__setattr__"]
+GETSET = type(type.__dict__["__dict__"])  # what a class's __dict__ attribute is, made by type() itself
 FLOAT_REPR = float.__repr__
 INT_INDEX = int.__index__
 ENCODE_SORTED = make_encoder(None, None, encode_basestring_ascii, None, ": ", ", ", True, False, True)
@@ -144,6 +146,19 @@ def student_error(session, error, traceback_of=None):
     }
 
 
+def with_builtin_errors(function, *args):
+    """`function(*args)` for a C function of the interpreter's on a plain object (list.pop, a plain
+    tensor's copy_): what it raises is a built-in exception, described here as the submission's
+    call would have raised it (an IndexError of `free_blocks.pop(9)`)."""
+    try:
+        return function(*args)
+    except Exception as error:
+        kind = type(error)
+        message = error.args[0] if len(error.args) == 1 and type(error.args[0]) is str else ""
+        raise refused({"type": TYPE_NAME(kind), "message": message[:2000], "not_implemented": False, "rejected_return": False,
+                       "isa": [name for name, cls in EXCEPTION_CLASSES if has_base(kind, cls)], "traceback": ""}) from None
+
+
 def rejection(message):
     """A returned value the worker will not send (wrong kind, too large): the student's answer, not their crash."""
     return {"type": "ReturnRejected", "message": message, "not_implemented": False, "rejected_return": True,
@@ -156,6 +171,80 @@ def outcome(session, result):
     if not ok:
         raise refused(student_error(session, value, session.get("traceback_of")))
     return value
+
+
+# --- plain attributes, read and written here -------------------------------------------------------
+# A caller-thread job costs two thread switches; for an instance of a plain class (no
+# __getattribute__ or __setattr__ of its own, no property of that name) an attribute is an entry
+# of its __dict__, which these read and write with C functions, running nothing of the
+# submission's.  Anything else goes to the caller thread (answers.py).
+
+def _class_attr(kind, name):
+    """(found, value) of `name` along the class's MRO, read from each class's own dict."""
+    for klass in MRO(kind):
+        attrs = TYPE_DICT(klass)
+        if name in attrs:
+            return True, attrs[name]
+    return False, None
+
+
+def _defines(kind, names):
+    return any(name in TYPE_DICT(klass) for klass in MRO(kind) for name in names)
+
+
+def _instance_dict(obj):
+    """The instance's __dict__, when getting it runs nothing of the submission's and its keys are plain strings."""
+    kind = type(obj)
+    found, descriptor = _class_attr(kind, "__dict__")
+    if not found or type(descriptor) is not GETSET:
+        return None
+    namespace = descriptor.__get__(obj, kind)
+    if type(namespace) is not dict or not all(type(key) is str for key in namespace):
+        return None
+    return namespace
+
+
+def plain_attribute(obj, name):
+    """(True, getattr(obj, name)) when getting it runs nothing of the submission's, else (False, None)."""
+    kind = type(obj)
+    if _class_attr(kind, "__getattribute__")[1] is not OBJECT_GETATTRIBUTE:
+        return False, None
+    found, attr = _class_attr(kind, name)
+    if found and _defines(type(attr), ("__set__", "__delete__")):
+        return False, None  # a property or another data descriptor: the submission's code
+    namespace = _instance_dict(obj)
+    if namespace is not None and name in namespace:
+        return True, namespace[name]
+    if found and not _defines(type(attr), ("__get__",)):
+        return True, attr  # a plain class attribute
+    return False, None
+
+
+def plain_assign(obj, name, value):
+    """`obj.name = value` here when it runs nothing of the submission's; False when it would."""
+    kind = type(obj)
+    if _class_attr(kind, "__setattr__")[1] is not OBJECT_SETATTR:
+        return False
+    found, attr = _class_attr(kind, name)
+    if found and _defines(type(attr), ("__set__", "__delete__")):
+        return False
+    namespace = _instance_dict(obj)
+    if namespace is None:
+        return False
+    DICT_SET(namespace, name, value)
+    return True
+
+
+def attribute(session, obj, name):
+    """getattr(obj, name): here when it is a plain attribute, else on the caller thread (its errors raised described)."""
+    plain, value = plain_attribute(obj, name)
+    return value if plain else outcome(session, call(session, getattr, obj, name))
+
+
+def assign(session, obj, name, value):
+    """setattr(obj, name, value): here when it is a plain attribute, else on the caller thread."""
+    if not plain_assign(obj, name, value):
+        outcome(session, call(session, setattr, obj, name, value))
 
 
 # --- readings with C functions only ----------------------------------------------------------------
