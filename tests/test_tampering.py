@@ -126,6 +126,15 @@ for number, (event, args) in enumerate((("object.__getattr__", (Evil(), "gi_fram
 attempt("sys._current_frames before a grader thread", sys._current_frames)
 kit.MODULES["hook"].HOOK_STATE["grader_thread"] = 12345  # as in a session child
 attempt("sys._current_frames in a session", sys._current_frames)
+def down(n):
+    return down(n + 1) if n < 900 else 1 / 0
+import time, traceback
+try:
+    down(0)
+except ZeroDivisionError as error:
+    started = time.perf_counter()
+    traceback.extract_tb(error.__traceback__)
+    out["deep traceback seconds"] = time.perf_counter() - started
 out["events"] = [list(e[:2]) for e in kit.MODULES["hook"].EVENTS]
 print(json.dumps(out))
 '''
@@ -169,8 +178,14 @@ def test_each_denial_is_recorded(attacks: dict[str, Any]) -> None:
 
 def test_the_hook_reads_nothing_through_a_name() -> None:
     hook = KIT.MODULES["hook"].make_hook([vars(m) for m in KIT.MODULES.values()])
-    assert hook.__globals__ == {"__builtins__": {}}
+    assert sorted(hook.__globals__) == ["__builtins__", "__pa_grader__"] and hook.__globals__["__builtins__"] == {}
     assert not {i.opname for i in dis.get_instructions(hook)} & {"LOAD_GLOBAL", "LOAD_NAME", "STORE_GLOBAL"}
+
+
+def test_a_deep_traceback_is_read_in_linear_time(attacks: dict[str, Any]) -> None:
+    """Every tb_frame of a 900-frame RecursionError read under the armed hook (traceback.extract_tb):
+    each read walks a bounded part of its chain, so the whole costs milliseconds, not seconds."""
+    assert attacks["deep traceback seconds"] < 2.0, attacks["deep traceback seconds"]
 
 
 def test_the_grader_code_defines_no_class() -> None:

@@ -53,12 +53,16 @@ WATCHED = frozenset((
     "ctypes.PyObj_FromPtr", "ctypes.dlsym",
 ))
 FRAME_GETTERS = frozenset(("tb_frame", "gi_frame", "cr_frame", "ag_frame"))
+MARK_KEY = "__pa_grader__"  # each namespace of the grader's code holds the hook's mark under this key
+# Outside the grader thread the only grader frame a chain can hold is the hook's own, near its
+# top (the hook raised, or a signal handler interrupted it): a walk looks this far down.
+WALK = 32
 LOCATING = object()  # the hook's mark while it looks up where a denied call was made
 
 
 def make_hook(protected):
     """The audit hook; `protected`: the namespaces of the grader's own code (a frame with one of
-    them as its globals is the grader's).
+    them as its globals is the grader's: each gets a mark only the hook holds).
 
     Everything it uses is a variable of this function's scope (a closure cell: no Python code
     can rebind one without the hook function itself, which nothing reaches, or a trace function,
@@ -69,16 +73,18 @@ def make_hook(protected):
     here).  In the grader thread no student code has any business walking frames: there every
     frame access is denied.
     """
-    _type, _is, _id, _len, _str, _bytes, _getattr = type, is_, id, len, str, bytes, getattr
+    _type, _is, _len, _str, _bytes, _getattr, _dict_get = type, is_, len, str, bytes, getattr, dict.get
     _runtime_error, _base_exception = RuntimeError, BaseException
     _gettrace, _getprofile, _get_ident, _getframe_, _getcwd, _getpid = gettrace, getprofile, get_ident, _getframe, getcwd, getpid
     _frame, _function, _traceback, _generator, _coroutine, _async_generator = (
         FrameType, FunctionType, TracebackType, GeneratorType, CoroutineType, AsyncGeneratorType)
-    watched, frame_getters, events, locating = WATCHED, FRAME_GETTERS, EVENTS, LOCATING
+    watched, frame_getters, events, locating, mark_key, walk = WATCHED, FRAME_GETTERS, EVENTS, LOCATING, MARK_KEY, WALK
     state = MappingProxyType(HOOK_STATE)
     examining = {}  # per thread: the object the hook itself is reading (its own audited reads pass)
     namespace = {"__builtins__": {}}
-    protected = frozenset((*(id(n) for n in protected), id(globals()), id(namespace)))
+    mark = object()  # a frame whose globals hold it is the grader's (a dict lookup: id() is itself an audited call)
+    for grader_namespace in (*protected, globals(), namespace):
+        grader_namespace[mark_key] = mark
     denied = "not available while grading: it reaches the grader's own objects or the process's memory ("
 
     def hook(event, args):
@@ -115,19 +121,21 @@ def make_hook(protected):
                         finally:
                             examining.pop(tid, None)
             elif name == "f_code":
-                if _is(_type(holder), _frame) and _id(holder.f_globals) in protected:
+                if _is(_type(holder), _frame) and _dict_get(holder.f_globals, mark_key) is mark:
                     what = ("code", "f_code")
             elif name == "__code__":
-                if _is(_type(holder), _function) and _id(holder.__globals__) in protected:
+                if _is(_type(holder), _function) and _dict_get(holder.__globals__, mark_key) is mark:
                     what = ("code", "__code__")
             if grader and event == "sys._getframe":
                 what = ("frame", name)
-            while what is None and _is(_type(frame), _frame):
-                if _id(frame.f_globals) in protected:
+            depth = 0
+            while what is None and depth < walk and _is(_type(frame), _frame):
+                if _dict_get(frame.f_globals, mark_key) is mark:
                     what = ("frame", name)
                 frame = frame.f_back
+                depth += 1
         elif event == "object.__setattr__" or event == "object.__delattr__":
-            if _is(_type(args[0]), _function) and _id(args[0].__globals__) in protected:
+            if _is(_type(args[0]), _function) and _dict_get(args[0].__globals__, mark_key) is mark:
                 what = ("code", args[1] if _is(_type(args[1]), _str) else "?")
         elif event == "gc.get_objects" or event == "gc.get_referrers" or event == "gc.get_referents":
             what = ("gc", event)
