@@ -18,6 +18,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import types
 from pathlib import Path
 from typing import Any
 
@@ -73,9 +74,10 @@ attempt("gc.get_referrers", lambda: gc.get_referrers(os.fork))
 attempt("gc.get_referents", lambda: gc.get_referents(kit))
 attempt("sys.settrace", lambda: sys.settrace(lambda *a: None))
 attempt("sys.setprofile", lambda: sys.setprofile(lambda *a: None))
-hooks_before = len([e for e in kit.MODULES["hook"].EVENTS])
+recorded = kit.MODULES["hook"].recorded
+hooks_before = len(recorded())
 sys.addaudithook(lambda *a: None)  # a RuntimeError from the hook: the new hook silently not added
-out["sys.addaudithook"] = "denied" if len(kit.MODULES["hook"].EVENTS) == hooks_before + 1 else "allowed"
+out["sys.addaudithook"] = "denied" if len(recorded()) == hooks_before + 1 else "allowed"
 attempt("open /proc/self/mem", lambda: open("/proc/self/mem", "rb"))
 attempt("os.open /proc/self/task/x/mem", lambda: os.open(f"/proc/self/task/{threading.get_native_id()}/mem", os.O_RDONLY))
 attempt("ctypes.string_at", lambda: ctypes.string_at(id(out), 8))
@@ -83,15 +85,12 @@ attempt("ctypes.pythonapi", lambda: ctypes.pythonapi.PyEval_GetFrame)
 attempt("code.replace", lambda: (lambda: 0).__code__.replace(co_name="renamed"))  # torch.compile makes code objects
 attempt("getframe below grader code", lambda: grader_call(lambda: sys._getframe()))
 attempt("getframe of the caller's own frame", lambda: sys._getframe())
-def raise_through():
+def own_traceback_frame():
     try:
-        grader_call(lambda: 1 / 0)
+        1 / 0
     except ZeroDivisionError as error:
-        tb = error.__traceback__
-        while tb is not None:
-            tb.tb_frame
-            tb = tb.tb_next
-attempt("tb_frame of grader code", raise_through)
+        return error.__traceback__.tb_frame
+attempt("tb_frame above grader code", lambda: grader_call(own_traceback_frame))
 def own_traceback():
     try:
         raise ValueError("x")
@@ -99,9 +98,9 @@ def own_traceback():
         return error.__traceback__.tb_frame
 attempt("tb_frame of the caller's own", own_traceback)
 gen = grader_generator()
-attempt("gi_frame of grader code", lambda: gen.gi_frame)
+attempt("gi_frame above grader code", lambda: grader_call(lambda: gen.gi_frame))
 attempt("gi_frame of the caller's own", lambda: (x for x in ()).gi_frame)
-attempt("__code__ of a grader function", lambda: kit.answer.__code__)
+attempt("__code__ of a grader function", lambda: kit.answer.__code__)  # read: code is no way in
 attempt("__code__ of the caller's own", lambda: attempt.__code__)
 attempt("__code__ assigned to a grader function", lambda: setattr(kit.answer, "__code__", (lambda s, m: None).__code__))
 caught = []
@@ -124,7 +123,12 @@ for number, (event, args) in enumerate((("object.__getattr__", (Evil(), "gi_fram
                     ("sys._getframe", (Evil(),)), ("open", (Evil(), "r", 0)), ("object.__setattr__", (Evil(), "__code__", 1)))):
     attempt(f"sys.audit {number} {event}", lambda: sys.audit(event, *args))
 attempt("sys._current_frames before a grader thread", sys._current_frames)
-kit.MODULES["hook"].HOOK_STATE["grader_thread"] = 12345  # as in a session child
+# The grader thread is claimed with the judge's key only: a claim without it is denied, changes nothing.
+attempt("claiming the grader thread without the key", lambda: sys.audit("pa_grader.claim", b"x" * 32))
+attempt("sys._current_frames after a refused claim", sys._current_frames)
+claimer = threading.Thread(target=kit.MODULES["hook"].claim_grader_thread, args=(b"k" * 32,))
+claimer.start()
+claimer.join()  # as in a session child
 attempt("sys._current_frames in a session", sys._current_frames)
 def down(n):
     return down(n + 1) if n < 900 else 1 / 0
@@ -135,7 +139,51 @@ except ZeroDivisionError as error:
     started = time.perf_counter()
     traceback.extract_tb(error.__traceback__)
     out["deep traceback seconds"] = time.perf_counter() - started
-out["events"] = [list(e[:2]) for e in kit.MODULES["hook"].EVENTS]
+# sys.settrace(None) where none is set (doctest restores what it found so): nothing to deny.
+before = len(recorded())
+attempt("settrace(None) with none set", lambda: sys.settrace(None))
+attempt("setprofile(None) with none set", lambda: sys.setprofile(None))
+out["settrace(None) recorded"] = len(recorded()) - before
+attempt("settrace through sys as grading has it", lambda: sys.settrace(print))
+out["settrace where"] = recorded()[-1][2]
+# A denial's traceback, formatted: its last frame is the hook's, which holds nothing and is readable.
+before = len(recorded())
+try:
+    gc.get_objects()
+except RuntimeError:
+    import traceback as _traceback
+    out["denial traceback"] = _traceback.format_exc()
+out["denial traceback records"] = len(recorded()) - before
+# The hook's frame, handed to a signal handler while it runs on this thread: nothing in it changes
+# what the hook decides or what it recorded.
+hook_frames = []
+def grab(signum, frame):
+    if frame.f_code.co_name == "hook":
+        hook_frames.append(frame)
+signal.signal(signal.SIGALRM, grab)
+signal.setitimer(signal.ITIMER_REAL, 0.0001, 0.0001)
+started = time.perf_counter()
+while not hook_frames and time.perf_counter() - started < 20:
+    for _ in range(200):
+        sys._getframe()
+signal.setitimer(signal.ITIMER_REAL, 0)
+signal.signal(signal.SIGALRM, signal.SIG_DFL)
+if hook_frames:
+    frame = hook_frames[0]
+    shown = frame.f_locals
+    out["hook frame free variables"] = sorted({type(shown[name]).__name__ for name in frame.f_code.co_freevars if name in shown})
+    out["hook frame globals"] = sorted(frame.f_globals)
+    kept = len(recorded())
+    for name, value in list(shown.items()):
+        for method in ("clear", "__delitem__", "pop"):
+            try:
+                getattr(value, method)()
+            except Exception:
+                pass
+        shown[name] = None
+    attempt("gc.get_objects after the hook frame was tampered with", gc.get_objects)
+    out["records kept after tampering with the hook frame"] = len(recorded()) == kept + 1
+out["events"] = [list(e[:2]) for e in recorded()]
 print(json.dumps(out))
 '''
 
@@ -150,8 +198,10 @@ def attacks() -> dict[str, Any]:
 @pytest.mark.parametrize("name", [
     "gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys.settrace", "sys.setprofile", "sys.addaudithook",
     "open /proc/self/mem", "os.open /proc/self/task/x/mem", "ctypes.string_at", "ctypes.pythonapi",
-    "getframe below grader code", "tb_frame of grader code", "gi_frame of grader code", "__code__ of a grader function",
-    "__code__ assigned to a grader function", "f_code of a grader frame reached by f_back", "sys._current_frames in a session",
+    "getframe below grader code", "tb_frame above grader code", "gi_frame above grader code",
+    "__code__ assigned to a grader function", "sys._current_frames in a session", "settrace through sys as grading has it",
+    "claiming the grader thread without the key",
+    "gc.get_objects after the hook frame was tampered with",
 ])
 def test_every_audited_route_to_the_grader_is_denied(attacks: dict[str, Any], name: str) -> None:
     assert attacks[name] == "denied"
@@ -160,6 +210,8 @@ def test_every_audited_route_to_the_grader_is_denied(attacks: dict[str, Any], na
 @pytest.mark.parametrize("name", [
     "getframe of the caller's own frame", "tb_frame of the caller's own", "gi_frame of the caller's own", "__code__ of the caller's own",
     "sys._current_frames before a grader thread", "f_code of the frame a signal handler got", "code.replace",
+    "__code__ of a grader function", "f_code of a grader frame reached by f_back", "settrace(None) with none set",
+    "setprofile(None) with none set", "sys._current_frames after a refused claim",
 ])
 def test_the_same_operations_on_the_submissions_own_objects_work(attacks: dict[str, Any], name: str) -> None:
     assert attacks[name] == "allowed"
@@ -174,12 +226,51 @@ def test_each_denial_is_recorded(attacks: dict[str, Any]) -> None:
     kinds = {kind for kind, _ in attacks["events"]}
     assert {"gc", "trace", "audit", "memory", "code", "frame", "frames"} <= kinds
     assert ["trace", "sys.settrace"] in attacks["events"] and ["frames", "sys._current_frames"] in attacks["events"]
+    assert ["audit", "claiming the grader thread"] in attacks["events"]
 
 
 def test_the_hook_reads_nothing_through_a_name() -> None:
-    hook = KIT.MODULES["hook"].make_hook([vars(m) for m in KIT.MODULES.values()])
-    assert sorted(hook.__globals__) == ["__builtins__", "__pa_grader__"] and hook.__globals__["__builtins__"] == {}
+    hook = KIT.MODULES["hook"].make_hook([vars(m) for m in KIT.MODULES.values()], b"k" * 32)
+    assert sorted(hook.__globals__) == ["__builtins__"] and hook.__globals__["__builtins__"] == {}
     assert not {i.opname for i in dis.get_instructions(hook)} & {"LOAD_GLOBAL", "LOAD_NAME", "STORE_GLOBAL"}
+
+
+def test_no_function_of_the_hooks_module_shares_its_state() -> None:
+    """A cell that held the hook's module could set any closure cell of a function it finds there
+    (__closure__ and cell_contents are not audited): none of them is one the hook rebinds."""
+    module = KIT.MODULES["hook"]
+    hook = module.make_hook([vars(m) for m in KIT.MODULES.values()], b"k" * 32)
+    cells = dict(zip(hook.__code__.co_freevars, hook.__closure__, strict=True))
+    state = {id(cells[name]) for name in ("armed", "grader_thread", "records")}
+    found = list(vars(module).values()) + [v for d in vars(module).values() if isinstance(d, dict) for v in d.values()]
+    functions = [f for f in found if isinstance(f, types.FunctionType)]
+    assert len(functions) >= 6  # make_hook, make_quiet_setters, arm, claim_grader_thread, recorded, the quiet setters
+    assert not {id(cell) for f in functions for cell in f.__closure__ or ()} & state
+
+
+def test_setting_no_trace_where_none_is_set_is_not_denied(attacks: dict[str, Any]) -> None:
+    """doctest ends with sys.settrace(what it found): None, changing nothing.  Setting a function
+    is denied, and the denial names the caller's line, not the stand-in's."""
+    assert attacks["settrace(None) recorded"] == 0
+    assert attacks["settrace where"].startswith("<string>:"), attacks["settrace where"]
+
+
+def test_a_denials_traceback_reads_without_more_denials(attacks: dict[str, Any]) -> None:
+    """The traceback of a denial ends in the hook's frame; formatting it (IPython does) is no second denial."""
+    assert "not available while grading" in attacks["denial traceback"]
+    assert attacks["denial traceback records"] == 1
+
+
+def test_the_hooks_frame_holds_only_immutable_values(attacks: dict[str, Any]) -> None:
+    """A signal handler is handed the hook's frame when the signal is handled while it runs: what
+    it shows is values (no dict, list, mapping proxy, lock or function of the hook's to change),
+    its globals hold nothing, and changing what it shows changes neither what the hook decides
+    nor what it recorded (the cells it rebinds are reached through no frame)."""
+    assert "hook frame free variables" in attacks, "no signal was handled while the hook ran"
+    assert set(attacks["hook frame free variables"]) <= {
+        "bool", "int", "str", "bytes", "tuple", "frozenset", "object", "type", "builtin_function_or_method", "method_descriptor", "code"}
+    assert attacks["hook frame globals"] == ["__builtins__"]
+    assert attacks["records kept after tampering with the hook frame"] is True
 
 
 def test_a_deep_traceback_is_read_in_linear_time(attacks: dict[str, Any]) -> None:

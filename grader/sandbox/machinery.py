@@ -24,12 +24,13 @@ this code's namespace.
 """
 
 import ctypes
+import sys
 from _hashlib import hmac_digest, openssl_sha256
 from _json import encode_basestring_ascii, make_encoder, make_scanner
 from _socket import AF_UNIX, SOCK_STREAM
 from _socket import socket as raw_socket
 from _struct import pack, unpack
-from _thread import get_ident, start_new_thread
+from _thread import start_new_thread
 from functools import partial
 from os import _exit, getpid, register_at_fork
 from os import close as close_fd
@@ -37,7 +38,7 @@ from sys import addaudithook
 from types import SimpleNamespace
 
 from _pa_grader_answers import answer, grader_error, new_events, new_session
-from _pa_grader_hook import HOOK_STATE, make_hook
+from _pa_grader_hook import QUIET, arm, claim_grader_thread, make_hook
 from _pa_grader_readings import make_guard, start_caller
 
 MAX_FRAME = 256 << 20
@@ -114,7 +115,7 @@ def scope_thread():
 def grader_thread(ready, number):
     """A session child's grader thread (the fork that made the process started it)."""
     ready.acquire()  # the main thread has confined the process and put the session's number in `number`
-    HOOK_STATE["grader_thread"] = get_ident()
+    claim_grader_thread(SETUP["key"])  # this thread: every frame access denied here
     scope_thread()  # before the caller thread starts: it inherits the scope
     session = new_session(SETUP["ns"], start_caller(SETUP["guard"]), SETUP["seeds"], SETUP["traceback_of"], SETUP["zygote"])
     try:
@@ -149,7 +150,8 @@ def install(key, path, ns, seeds, traceback_of, ready, number, protected):
     has put the session's number in `number`: worker.py).  `protected`: the namespaces of the
     grader's code (hook.py, readings.py, answers.py and this file's)."""
     SETUP.update(key=key, path=path, ns=ns, seeds=seeds, traceback_of=traceback_of, zygote=getpid(), guard=make_guard())
-    addaudithook(make_hook(protected))
+    addaudithook(make_hook(protected, key))
     register_at_fork(after_in_child=partial(start_new_thread, grader_thread, (ready, number)))
-    HOOK_STATE["armed"] = True
+    sys.settrace, sys.setprofile = QUIET["settrace"], QUIET["setprofile"]
+    arm()
 
