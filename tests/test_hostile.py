@@ -185,6 +185,7 @@ EXPECT: dict[str, Expect] = {
     # Red team 9: the grader's worker-side observers (issue 19), each hunted for by every route Python
     # offers; the mistake each hides is caught as without the hunt, and every audited route is denied and listed.
     "tamper_kept_ledger.py": Expect(failed=fail(TODO["todo1"], "wrong"), tampered=("gc",)),
+    "tamper_hook_frame.py": Expect(failed=fail(TODO["todo1"], "wrong"), tampered=("gc",)),
     "tamper_inputs_copied.py": Expect(failed=fail(["todo5.inputs_unchanged"], "wrong"), words={"todo5.inputs_unchanged": "query"}, tampered=("frames",)),
     "tamper_pool_view_traced.py": Expect(failed=fail(["todo4.table_order"], "wrong"), words={"todo4.table_order": ("之前返回", "returned earlier")}, tampered=("trace",)),
     "tamper_out_buffer_frozen.py": Expect(failed=fail(["todo5.mha_fp32"], "wrong"), words={"todo5.mha_fp32": ("之前返回", "earlier call returned")}, tampered=("frames",)),
