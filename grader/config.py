@@ -105,6 +105,7 @@ class Config:
     # The file students hand in ([submission] file): where several are uploaded (Gradescope) or a
     # student's folder holds several notebooks (grade-batch), this one is graded.
     submission_file: str = DEFAULT_SUBMISSION_FILE
+    tamper_policy: str = "zero_items"  # [integrity] tamper: what touching the grader's machinery costs (grader/tampering.py)
 
     def item(self, item_id: str) -> RubricItem:
         for item in self.items:
@@ -133,6 +134,7 @@ def load_config(path: Path | None = None) -> Config:
         evidence=_evidence(raw.get("evidence", {})),
         notebook=_notebook(raw.get("notebook", {})),
         submission_file=_submission_file(raw.get("submission", {})),
+        tamper_policy=_tamper_policy(raw.get("integrity", {})),
     )
 
 
@@ -141,6 +143,13 @@ def _submission_file(raw: dict) -> str:
     if not isinstance(name, str) or not name.strip() or "/" in name or "\\" in name or name.strip() in (".", ".."):
         raise ValueError("[submission] file must be a file name, like paged_attention_student.ipynb")
     return name.strip()
+
+
+def _tamper_policy(raw: dict) -> str:
+    policy = raw.get("tamper", "zero_items")
+    if policy not in ("zero_items", "zero_all", "flag"):
+        raise ValueError('[integrity] tamper must be "zero_items", "zero_all" or "flag"')
+    return str(policy)
 
 
 def _evidence(raw: dict) -> Evidence:

@@ -11,15 +11,18 @@ the given behaviour too (grader/checks/given.py); an edit of given code never go
 from __future__ import annotations
 
 import ast
+import base64
+import binascii
+import dis
 import hashlib
 import json
 import textwrap
+import types
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from grader.results import Text
-from grader.sandbox.wire import code_fingerprint
 
 CONTRACT = ("estimate_kv_cache_bytes", "Request", "KVCacheManager", "paged_attention")
 FINGERPRINT = Path(__file__).with_name("given_code.json")
@@ -217,6 +220,93 @@ def template_code() -> dict[str, str]:
             exec(compile(source, "<template>", "exec", dont_inherit=True), namespace)  # the template's own text
             out[f"{name}.{method}"] = hashlib.sha256(code_fingerprint(namespace[method].__code__).encode()).hexdigest()
     return out
+
+
+class _Shown:
+    """A constant of a code object the worker read, standing for itself by the repr it had there."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+MAX_CODE_BYTES = 1 << 20
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or len(value) > 4096 or not all(isinstance(n, str) and 0 < len(n) <= 200 for n in value):
+        raise ValueError("names that are not short strings")
+    return tuple(value)
+
+
+def rebuilt_code(parts: Any, depth: int = 0) -> types.CodeType:
+    """A code object made from the parts the worker's grader thread read of a bound method
+    (machinery.code_parts), only for its fingerprint to be taken (never run); ValueError when
+    they are not parts of a code object."""
+    if depth > 8 or not isinstance(parts, dict):
+        raise ValueError("not the parts of a code object")
+    args = parts.get("args")
+    if not isinstance(args, list) or len(args) != 4 or not all(type(a) is int and 0 <= a < 1 << 31 for a in args):
+        raise ValueError("argument counts that are not small ints")
+    try:
+        bytecode = base64.b64decode(str(parts.get("code")), validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError("bytecode that is not base64") from None
+    if len(bytecode) % 2 or len(bytecode) > MAX_CODE_BYTES:
+        raise ValueError("bytecode of an impossible length")
+    consts: list[Any] = []
+    for const in parts.get("consts") if isinstance(parts.get("consts"), list) else []:
+        if isinstance(const, dict) and "code" in const:
+            consts.append(rebuilt_code(const["code"], depth + 1))
+        elif isinstance(const, dict) and isinstance(const.get("repr"), str):
+            consts.append(_Shown(const["repr"][:2000]))
+        else:
+            consts.append(_Shown("<a constant the worker could not show>"))
+    varnames = _names(parts.get("varnames"))
+    argcount, posonly, kwonly, flags = args
+    return types.CodeType(argcount, posonly, kwonly, len(varnames), 1 << 16, flags, bytecode, tuple(consts), _names(parts.get("names")),
+                          varnames, "<bound>", "bound", "bound", 1, b"", b"", _names(parts.get("freevars")), _names(parts.get("cellvars")))
+
+
+def bound_digest(parts: Any) -> str:
+    """The digest of a method's code as bound when graded (see template_code), from its parts;
+    or what the worker found instead ("missing", "not a class", ...)."""
+    if isinstance(parts, str):
+        return parts[:100]
+    try:
+        return hashlib.sha256(code_fingerprint(rebuilt_code(parts)).encode()).hexdigest()
+    except (ValueError, TypeError, IndexError, KeyError, RecursionError, SystemError):
+        return "unreadable"
+
+
+def code_fingerprint(code: types.CodeType, depth: int = 0) -> str:
+    """What a function's code does, independent of where it was written: the instructions with
+    their arguments resolved (constants, names, nested code), the argument counts and locals.
+    Line numbers, file, qualified name and docstring are left out, and compiler flags other
+    than the code's own kind (a `from __future__` import), so the template's method compiled
+    by the judge and the same method in a notebook cell compare equal.  Taken by the judge only:
+    of the template's code, and of the bound code's parts the worker sends (`rebuilt_code`)."""
+    if depth > 8:
+        return "<too deep>"
+    parts = [
+        f"args {code.co_argcount} {code.co_posonlyargcount} {code.co_kwonlyargcount} flags {code.co_flags & 0xFFFF}",
+        f"locals {code.co_varnames!r} free {code.co_freevars!r} cells {code.co_cellvars!r}",
+    ]
+    for instruction in dis.get_instructions(code):
+        if instruction.opname in ("CACHE", "RESUME", "NOP"):
+            continue
+        arg = instruction.argval
+        if type(arg) is type(code):
+            arg = "{" + code_fingerprint(arg, depth + 1) + "}"
+        else:
+            arg = repr(arg)
+        # A call of an imported module's function compiles to LOAD_ATTR when the import is in the
+        # same cell or module (CPython 3.11's is_import_originated), to LOAD_METHOD otherwise.
+        name = "LOAD_ATTR" if instruction.opname == "LOAD_METHOD" else instruction.opname
+        parts.append(f"{name} {arg}")
+    return "\n".join(parts)
 
 
 def bound_changes(bound: dict[str, str], noted: list[Text]) -> list[Text]:

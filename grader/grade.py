@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grader import environment, given_code, integrity, seeds
+from grader import environment, given_code, integrity, seeds, skipped_values, tampering
 from grader.config import Config, RubricItem
 from grader.draws import pin_local_constants
 from grader.folder import plan as plan_folder
@@ -160,6 +160,12 @@ def grade_submission(submission: Submission, config: Config, device: str, todos:
         result.given_code = [Failure("given_changed", note) for note in notes] + [grading.given[key] for key in sorted(grading.given)] + broken
         result.items = [outcomes[item.id] for item in wanted]
         result.output_excerpt, result.output_bytes = sandbox.output()
+        result.tampering = tampering.collect(sandbox.tamper, grading.tampering)
+        result.items = tampering.apply(result.items, result.tampering, config.tamper_policy)
+        # A line that does not run here but whose value the definitions read: Jupyter's path is not graded.
+        shell_values = skipped_values.analyse(submission.cells)
+        result.notes += skipped_values.notes(shell_values, REQUIRED_NAMES)
+        result.items = skipped_values.apply(result.items, shell_values, REQUIRED_NAMES)
     if result.flags and config.zero_on_flag:
         flagged = Failure(
             kind="integrity",
@@ -249,7 +255,10 @@ def _given_code(submission: Submission, sandbox: Sandbox, report: LoadReport, co
     if not report.failed and time.monotonic() < deadline:
         ctx = ItemContext(sandbox, config, "given", deadline, grading)
         try:
-            notes += given_code.bound_changes(bound_methods(ctx, set(report.names)), notes)
+            bound = bound_methods(ctx, set(report.names))
+            if any(event[:1] == ["forged"] for scope, event in grading.tampering if scope == "given"):
+                bound = {}  # the given session's connection was written to: its word is not taken
+            notes += given_code.bound_changes(bound, notes)
             check_given(ctx, set(report.names))
         except Exception as error:  # a grader bug in a courtesy check: said, and nothing else lost
             broken.append(grader_error(error))
@@ -282,7 +291,10 @@ def _run_item(
         left = dataclasses.replace(config.limits, total_budget_s=max(1.0, deadline - started))
         with Sandbox(sandbox.cells, left, allow_cuda=True, folder=sandbox.folder, notebook=sandbox.notebook) as fresh:
             fresh.load()
-            return _timed(item, checks[item.id], fresh, config, started, deadline, grading)
+            try:
+                return _timed(item, checks[item.id], fresh, config, started, deadline, grading)
+            finally:
+                grading.tampering += [("cells", event) for event in fresh.tamper]
     return _timed(item, checks[item.id], sandbox, config, started, deadline, grading)
 
 

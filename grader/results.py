@@ -99,6 +99,20 @@ class SkippedLine:
 
 
 @dataclass
+class Tampering:
+    """Something the submission did to the grader's own machinery (grader/tampering.py): what, where,
+    whether it was stopped at the call, and the items it cost."""
+
+    kind: str  # "gc", "frames", "frame", "code", "trace", "audit", "memory", "forged"
+    detail: str  # the operation (gc.get_objects, tb_frame, sys.settrace, ...) or the path
+    where: str  # the submission's file and line it was done at ("<cell 3>:12"), or ""
+    scopes: list[str]  # "cells" (while the cells ran), or the items, TODOs or "given" whose sessions it was in
+    denied: bool  # stopped at the call: it touched nothing
+    message: Text
+    cost: list[str] = field(default_factory=list)  # the items that got no points for it ([integrity] tamper)
+
+
+@dataclass
 class GradeResult:
     submission: str
     sha256: str
@@ -117,6 +131,7 @@ class GradeResult:
     random_cases: dict[str, str] = field(default_factory=dict)  # {"kind": "secret" | "public" | "given", "zh": ..., "en": ...}
     skipped: list[SkippedLine] = field(default_factory=list)  # lines not run while grading (shell, installs, debuggers)
     folder_sha256: str = ""  # a batch's: the notebook folder's files as graded (grader/folder.py folder_digest)
+    tampering: list[Tampering] = field(default_factory=list)  # what the submission did to the grader's machinery
     submission_name: str = ""  # the student's own file name, where `submission` is another path (a copy, a kernel's history)
 
     @property
@@ -187,6 +202,7 @@ class GradeResult:
             skipped=[SkippedLine(**s) for s in data.get("skipped") or [] if isinstance(s, dict)],
             folder_sha256=str(data.get("folder_sha256") or ""),
             submission_name=str(data.get("submission_name") or ""),
+            tampering=[_tampering(t) for t in data.get("tampering") or [] if isinstance(t, dict)],
         )
 
 
@@ -196,3 +212,14 @@ def not_graded(submission: str, config_digest: str, rubric: Iterable[RubricItem]
     score that nothing earned.  (GradeResult.score is 0 here, which Gradescope needs.)"""
     items = [ItemResult(i.id, i.todo, Text(i.zh, i.en), i.weight, NOT_RUN) for i in rubric]
     return GradeResult(submission=submission, sha256="", config_digest=config_digest, items=items, error=failure, device=device)
+
+
+def _tampering(raw: dict[str, Any]) -> Tampering:
+    message = raw.get("message") if isinstance(raw.get("message"), dict) else {}
+    return Tampering(
+        kind=str(raw.get("kind", "")), detail=str(raw.get("detail", "")), where=str(raw.get("where", "")),
+        scopes=[str(c) for c in raw.get("scopes") or [] if isinstance(c, str)] if isinstance(raw.get("scopes"), list) else [],
+        denied=raw.get("denied") is True,
+        message=Text(str(message.get("zh", "")), str(message.get("en", ""))),
+        cost=[str(c) for c in raw.get("cost") or [] if isinstance(c, str)] if isinstance(raw.get("cost"), list) else [],
+    )

@@ -27,7 +27,18 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from grader.report.pictures import normalise_picture
-from grader.results import FAILED, NOT_RUN, PASSED, CellReport, Failure, GradeResult, ItemResult, SkippedLine, Text
+from grader.results import (
+    FAILED,
+    NOT_RUN,
+    PASSED,
+    CellReport,
+    Failure,
+    GradeResult,
+    ItemResult,
+    SkippedLine,
+    Tampering,
+    Text,
+)
 
 FOLD = " ⏎ "  # where a newline was, in text that must stay on one line
 CELL_STATUSES = ("ok", "error", "timeout", "crashed", "not_run")
@@ -308,6 +319,27 @@ def sanitized_copy(result: GradeResult, limits: FieldLimits = DEFAULT_LIMITS) ->
     return sanitize_result(replace(result), limits)
 
 
+TAMPER_KINDS = ("gc", "frames", "frame", "code", "trace", "audit", "memory", "forged")
+
+
+def _tampering(records: list[Any], limits: FieldLimits) -> list[Tampering]:
+    """Records of what the submission did to the grader's machinery (its file names and paths are its own text)."""
+    out = []
+    for record in records[: limits.flags]:
+        if not isinstance(record, Tampering) or record.kind not in TAMPER_KINDS:
+            continue
+        out.append(Tampering(
+            kind=record.kind,
+            detail=safe_line(record.detail, limits.short),
+            where=safe_line(record.where, limits.short),
+            scopes=[safe_line(c, limits.short) for c in list(record.scopes or [])[: limits.items] if isinstance(c, str)],
+            denied=record.denied is True,
+            message=safe_text(record.message, limits.value),
+            cost=[safe_line(c, limits.short) for c in list(record.cost or [])[: limits.items] if isinstance(c, str)],
+        ))
+    return out
+
+
 def sanitize_result(result: GradeResult, limits: FieldLimits = DEFAULT_LIMITS) -> GradeResult:
     """Make `result` safe to render, in place, and return it. Idempotent.
 
@@ -329,6 +361,7 @@ def sanitize_result(result: GradeResult, limits: FieldLimits = DEFAULT_LIMITS) -
     result.given_code = [f for f in (_failure(g, limits) for g in given[: limits.flags]) if f is not None]
     result.flags = _texts(result.flags, limits.flags, limits, "诚信提示", "integrity flags")
     result.skipped, skipped_cut = _skipped(list(result.skipped or []), limits)
+    result.tampering = _tampering(list(result.tampering or []), limits)
     extra = [
         more_note(count, zh, en)
         for count, zh, en in (

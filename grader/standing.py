@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from grader import gradebook
+from grader import gradebook, tampering
 from grader.config import TODOS
 from grader.gradebook import BATCH, CI, GRADESCOPE, LEGACY_IMPORT, Entry
 from grader.report.labels import not_graded
@@ -56,6 +56,7 @@ class Standing:
     submitted_at: str | None = None
     recorded_at: str = ""
     identical_to: tuple[str, ...] = ()  # other students whose current submission has the same bytes (sha256)
+    tampering: str = ""  # what the submission did to the grader's machinery, in short (grader/tampering.py)
 
     @property
     def imported(self) -> bool:
@@ -116,5 +117,5 @@ def of(entry: Entry, lang: str, identical_to: tuple[str, ...] = ()) -> Standing:
     return Standing(
         entry.student, Status.GRADED, result.score, sum(todos.values()), sum(todo_possible.values()), todos, todo_possible,
         reason=_one_line(reason), source=entry.source, submitted_at=entry.submitted_at, recorded_at=entry.graded_at,
-        identical_to=identical_to,
+        identical_to=identical_to, tampering=tampering.summary(result.tampering, lang),
     )

@@ -4,6 +4,7 @@ exercise, the report's arithmetic, and (slow) a sampled audit of the grader itse
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import subprocess
 import sys
@@ -256,6 +257,29 @@ def test_classify_killed_survived_invalid() -> None:
     assert killed.status == KILLED and killed.failed_items == ["todo1.i1"] and killed.score == 50
     broken = classify(m, _result([FAILED], [CellReport(1, "error", "NameError", "name 'x' is not defined")]))
     assert broken.status == INVALID and "NameError" in broken.reason
+
+
+def test_every_frame_mistake_has_a_twin_that_hunts_for_the_graders_observers(real_mutants: list[Mutant]) -> None:
+    from grader.audit import tamper
+
+    frames = [m for m in real_mutants if m.operator in tamper.FAMILIES]
+    twins = [m for m in real_mutants if m.operator == tamper.OPERATOR]
+    assert frames and len(twins) == len(frames)
+    for base, twin in zip(frames, twins, strict=True):
+        assert twin.todo == base.todo and twin.removed == base.removed and twin.module == base.module.rstrip("\n") + "\n" + tamper.HUNT
+        compile(twin.module, "twin.py", "exec")
+    assert {t.id for t in twins} == {t.id for t in mutants.generate(SOURCE_TEXT) if t.operator == tamper.OPERATOR}
+
+
+def test_a_twin_is_killed_only_when_the_hunt_is_recorded() -> None:
+    from grader import tampering
+
+    twin = dataclasses.replace(_fake_mutant("todo1", "a"), operator="tamper")
+    caught = _result([PASSED, FAILED])
+    assert classify(twin, caught).status == SURVIVED and "not recorded" in classify(twin, caught).reason
+    caught.tampering = tampering.collect([["gc", "gc.get_objects", "", True, False]], [])
+    assert classify(twin, caught).status == KILLED
+    assert classify(twin, dataclasses.replace(_result([PASSED, PASSED]), tampering=caught.tampering)).status == SURVIVED
 
 
 def test_report_columns_add_up_and_equivalents_are_left_out() -> None:

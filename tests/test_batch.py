@@ -183,7 +183,7 @@ def test_import_ci_results_and_a_gradescope_export_then_export_csv(tmp_path: Pat
 
     rows = {row["student_id"]: row for row in _csv(out)}
     assert list(rows["s001"]) == ["student_id", "total", "points", "possible", "todo1", "todo2", "todo3", "todo4", "todo5",
-                                  "status", "reason", "source", "submitted_at", "recorded_at", "identical_to"]
+                                  "status", "reason", "source", "submitted_at", "recorded_at", "identical_to", "tampering"]
     s001 = rows["s001"]
     assert [s001[k] for k in ("total", "points", "possible", "todo1", "todo2", "todo3", "todo4", "todo5")] == \
         ["75", "75", "100", "15", "20", "0", "15", "25"]

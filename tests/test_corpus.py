@@ -82,6 +82,7 @@ def test_buggy_submission_is_caught_in_its_todo(path: Path) -> None:
     assert expected.startswith("expect-fail ")
     todo = expected.split()[1]
     result = graded(path)
+    assert result.tampering == [], [r.message.en for r in result.tampering]
     assert failing_todos(result) == {todo}, [(i.id, i.failure.message.en) for i in result.items if i.failure and i.status == "failed"]
     for item in result.items:
         if item.status == "failed":
@@ -103,12 +104,15 @@ def test_correct_submission_scores_100(path: Path) -> None:
     assert expectation(path) == "expect-pass"
     result = graded(path)
     assert result.score == 100, [(i.id, i.failure.message.en, i.failure.repro) for i in result.items if i.status == "failed"]
+    # Nothing a correct notebook does touches the grader's own code (docs/trust.md, "Trust map").
+    assert result.tampering == [], [r.message.en for r in result.tampering]
 
 
 @pytest.mark.parametrize("path", GIVEN, ids=[p.stem for p in GIVEN])
 def test_changed_given_code_is_said_and_costs_no_todo_points(path: Path) -> None:
     assert expectation(path) == "expect-fail given"
     result = graded(path)
+    assert result.tampering == [], [r.message.en for r in result.tampering]
     findings = [g.message.en for g in result.given_code]
     assert any(f.startswith("given code changed") for f in findings), findings
     assert any(f.startswith("given code:") for f in findings), findings  # and how it behaves differently

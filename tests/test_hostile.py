@@ -103,6 +103,7 @@ class Expect:
     words: dict[str, str | tuple[str, str]] = field(default_factory=dict)  # item id -> a word its messages hold (zh, en)
     limits: dict[str, Any] = field(default_factory=dict)  # [limits] changed for this case only
     unchecked: bool = False  # its own items and score are its business (a hog): only what it leaves is checked
+    tampered: tuple[str, ...] = ()  # kinds of tampering with the grader's machinery it must be recorded with (grader/tampering.py)
 
 
 def fail(ids: list[str], *kinds: str) -> dict[str, tuple[str, ...]]:
@@ -186,6 +187,14 @@ EXPECT: dict[str, Expect] = {
     "collude_kernel_receiver.py": Expect(failed=fail(TODO["todo5"], "not_implemented"), limits={"cell_timeout_s": 60, "total_budget_s": 120}, seconds=100),
     "cpu_hog.py": Expect(unchecked=True, limits={"cell_timeout_s": 60}, seconds=90),
     "disk_filler.py": Expect(),
+    # Red team 9: the grader's worker-side observers (issue 19), each hunted for by every route Python
+    # offers; the mistake each hides is caught as without the hunt, and every audited route is denied and listed.
+    "tamper_kept_ledger.py": Expect(failed=fail(TODO["todo1"], "wrong"), tampered=("gc",)),
+    "tamper_hook_frame.py": Expect(failed=fail(TODO["todo1"], "wrong"), tampered=("gc",)),
+    "tamper_inputs_copied.py": Expect(failed=fail(["todo5.inputs_unchanged"], "wrong"), words={"todo5.inputs_unchanged": "query"}, tampered=("frames",)),
+    "tamper_pool_view_traced.py": Expect(failed=fail(["todo4.table_order"], "wrong"), words={"todo4.table_order": ("之前返回", "returned earlier")}, tampered=("trace",)),
+    "tamper_out_buffer_frozen.py": Expect(failed=fail(["todo5.mha_fp32"], "wrong"), words={"todo5.mha_fp32": ("之前返回", "earlier call returned")}, tampered=("frames",)),
+    "tamper_forged_replies.py": Expect(failed=fail(TODO["todo4"], "crashed", "integrity"), tampered=("forged",)),
 }
 CASES = sorted(EXPECT)
 NEEDS_FILES = ("forge_fake_output.py", "forge_fake_output_buggy.py")  # they write wherever they can
@@ -417,6 +426,8 @@ def test_hostile_case(name: str) -> None:
         assert result.flags and all(f.zh and f.en and f.zh != f.en for f in result.flags)
     if not expect.flagged:
         assert result.flags == [], [f.en for f in result.flags]
+    assert sorted({r.kind for r in result.tampering}) == sorted(set(expect.tampered)), [r.message.en for r in result.tampering]
+    assert all(r.message.zh and r.message.en and r.message.zh != r.message.en for r in result.tampering)
     cells = {c.index: c for c in result.cells}
     for index, status in expect.cells.items():
         assert cells[index].status == status, (index, cells[index])

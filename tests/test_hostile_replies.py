@@ -1,18 +1,16 @@
 """The judge never crashes on what a worker sends back.
 
 Every check runs here against the reference, answered in this process by the worker's own
-operations (grader/sandbox/operations.py, loaded as the worker loads it), except that one
-reply, drawn by hypothesis, is replaced by something hostile: wrong types, huge ints, NaN,
-nested junk, strings where ints belong, malformed tensors and state snapshots.  No exception
-may escape an item's check: each reply is a wrong answer of that call, or nothing at all.
+grader code (grader/sandbox/machinery.py, loaded as the worker loads it: tests/machinery_kit.py),
+except that one reply, drawn by hypothesis, is replaced by something hostile: wrong types, huge
+ints, NaN, nested junk, strings where ints belong, malformed tensors and state snapshots.  No
+exception may escape an item's check: each reply is a wrong answer of that call, or nothing at all.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -22,7 +20,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Flaky
 
-import grader.sandbox as sandbox_package
 from grader.checks import CHECKS
 from grader.checks import given as given_checks
 from grader.checks.base import Grading, ItemContext
@@ -30,25 +27,10 @@ from grader.checks.given import bound_methods
 from grader.config import load_config
 from grader.results import Failure
 from grader.sandbox.protocol import Reply, _clean_error
+from tests import machinery_kit
 from tests.conftest import ROOT
 
-SANDBOX = Path(sandbox_package.__file__).parent
-
-
-def _worker_module(name: str) -> Any:
-    """A module of the worker, loaded by path under the name the worker gives it."""
-    qualified = f"_pa_sandbox_{name}"
-    if qualified not in sys.modules:
-        spec = importlib.util.spec_from_file_location(qualified, SANDBOX / f"{name}.py")
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[qualified] = module
-        spec.loader.exec_module(module)
-    return sys.modules[qualified]
-
-
-_worker_module("wire")
-OPERATIONS = _worker_module("operations")
+MACHINERY = machinery_kit.machinery()
 NAMESPACE: dict[str, Any] = {"__name__": "submission"}
 exec(compile((ROOT / "reference" / "paged_attention.py").read_text(encoding="utf-8"), "<cell 1>", "exec"), NAMESPACE)
 
@@ -78,26 +60,20 @@ class Corruption:
 
 
 class FakeSession:
-    """A session child in this process: the worker's own operations, one reply corrupted."""
+    """A session child in this process: the worker's own grader code, one reply corrupted."""
 
     def __init__(self, plan: Corruption, counter: list[int], shared_dir: Path):
-        self.child = OPERATIONS.Session(NAMESPACE)
+        self.child = machinery_kit.session(NAMESPACE)
         self.plan, self.counter = plan, counter
         self.alive = True
         self.shared_dir, self.shared_gid = shared_dir, None
 
+    def attach(self, sink: list[Any], scope: str) -> None:
+        pass
+
     def call(self, op: str, **fields: Any) -> Reply:
         message = json.loads(json.dumps({"op": op, "id": 1, **fields}))
-        reply: dict[str, Any] = {"id": 1}
-        try:
-            reply["value"] = getattr(self.child, "op_" + op)(message)
-            reply["ok"] = True
-        except BaseException as error:
-            reply["ok"] = False
-            reply["error"] = OPERATIONS.describe_error(error)
-        if message.get("snapshot"):
-            reply["state"] = self.child.snapshot(message["snapshot"])
-        reply = json.loads(json.dumps(reply, allow_nan=True))
+        reply = json.loads(json.dumps(MACHINERY.answer(self.child, message), allow_nan=True))
         number = self.counter[0]
         self.counter[0] += 1
         if number == self.plan.at:

@@ -21,6 +21,7 @@ import random
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from grader.audit import tamper
 from grader.audit.operators import Context, Replacement, mutations
 from grader.audit.regions import GIVEN, Region, find_regions, given_regions, reference_module
 
@@ -75,6 +76,20 @@ def generate(source_text: str) -> list[Mutant]:
             seen.add(module)
             mutant = _mutant(reference, module, operator, region.todo, node.lineno, occurrences)
             out.append(dataclasses.replace(mutant, graded_by=region.graded_by) if region.graded_by else mutant)
+    return out + _tamper_twins(out, reference)
+
+
+def _tamper_twins(found: list[Mutant], reference: str) -> list[Mutant]:
+    """A `tamper` twin of each mutant of the frame families: its module with tamper.HUNT at the end."""
+    out = []
+    for mutant in found:
+        if mutant.operator not in tamper.FAMILIES or mutant.invalid:
+            continue
+        module = mutant.module.rstrip("\n") + "\n" + tamper.HUNT
+        diff = difflib.unified_diff(reference.splitlines(), module.splitlines(), "reference/paged_attention.py", "mutant", n=DIFF_CONTEXT, lineterm="")
+        digest = hashlib.sha1(f"{tamper.OPERATOR}\x1f{mutant.id}".encode()).hexdigest()[:8]
+        out.append(dataclasses.replace(mutant, id=f"{mutant.todo}-{tamper.OPERATOR}-{digest}", operator=tamper.OPERATOR,
+                                       added=(*mutant.added, "(and the hunt for the grader's observers)"), diff="\n".join(diff), module=module))
     return out
 
 

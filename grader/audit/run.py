@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grader
+from grader.audit import tamper
 from grader.audit.mutants import Mutant
 from grader.audit.regions import GIVEN
 from grader.results import FAILED, GradeResult
@@ -65,6 +66,9 @@ def classify(mutant: Mutant, result: GradeResult) -> Outcome:
         if found:
             return Outcome(mutant, KILLED, result.score, [], found[0].message.en[:300])
     failed = [item for item in result.items if item.status == FAILED]
+    if mutant.operator == tamper.OPERATOR and not result.tampering:
+        # The hunt for the grader's observers must be seen, whatever the mistake cost.
+        return Outcome(mutant, SURVIVED, result.score, [i.id for i in failed], "the hunt for the grader's observers was not recorded")
     if result.score < 100:
         first = failed[0].failure.message.en if failed and failed[0].failure else ""
         return Outcome(mutant, KILLED, result.score, [i.id for i in failed], first[:300])

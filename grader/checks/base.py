@@ -91,6 +91,9 @@ class Grading:
     given: dict[str, Failure] = field(default_factory=dict)  # by finding key, first one kept
     mutations: list[Failure] = field(default_factory=list)  # paged_attention changed an input
     surveys: dict[str, Survey] = field(default_factory=dict)  # by TODO
+    # What the worker denied or the judge refused in each session, with the item (or TODO, in a
+    # survey; "given") whose evidence it served: (scope, the worker's list) (grader/tampering.py).
+    tampering: list[tuple[str, list[Any]]] = field(default_factory=list)
 
 
 class ItemContext:
@@ -202,6 +205,7 @@ class ItemContext:
             self.history, self.session_scripts, self.session_log, self._replay = [], [], [], None
             self._close_pools()
             self._session = self.sandbox.session(self.budget)
+            self._session.attach(self.grading.tampering, self.item_id)
         return self._session
 
     def close(self) -> None:

@@ -27,7 +27,7 @@ from grader.checks.arrays import Array
 from grader.checks.base import Abort, CheckFailure, Inconclusive, ItemContext, hypothesis_settings, raised
 from grader.checks.script import Line, Script
 from grader.checks.values import as_dict, as_list, show
-from grader.given_code import wholly_given
+from grader.given_code import bound_digest, wholly_given
 from grader.results import Text
 from grader.sandbox.protocol import BudgetExceeded
 
@@ -451,7 +451,8 @@ def check_given(ctx: ItemContext, names: set[str]) -> None:
 
 
 def bound_methods(ctx: ItemContext, names: set[str]) -> dict[str, str]:
-    """The digest of each wholly given method's code as bound now (see grader/given_code.py)."""
+    """The digest of each wholly given method's code as bound now (see grader/given_code.py): the
+    worker's grader thread reads the code's parts, the judge takes their fingerprint."""
     methods = {name: found for name, found in wholly_given().items() if name in names}
     if not methods:
         return {}
@@ -461,6 +462,6 @@ def bound_methods(ctx: ItemContext, names: set[str]) -> dict[str, str]:
         return {}
     finally:
         ctx.close()
-    found = as_dict(reply.value) if reply.ok else None
-    return {k: v for k, v in (found or {}).items() if isinstance(v, str)}
+    found = reply.value if reply.ok and isinstance(reply.value, dict) else {}
+    return {k: bound_digest(v) for k, v in found.items() if isinstance(k, str)}
 

@@ -107,13 +107,22 @@ def attention(value: Any) -> None:
         raise Invalid("input digests of the wrong form")
 
 
+def given_methods(value: Any) -> None:
+    """{"Class.method": "missing" | the code's parts}; the parts are checked when rebuilt (given_code.rebuilt_code)."""
+    if not isinstance(value, dict) or len(value) > 64:
+        raise Invalid("given methods of the wrong form")
+    for key, parts in value.items():
+        if not isinstance(key, str) or len(key) > 200 or not isinstance(parts, str | dict):
+            raise Invalid("given methods of the wrong form")
+
+
 SCHEMAS = {
     "new": handle,
     "ledger": plain,
     "method": plain,
     "get_cache": tensor,
     "attention": attention,
-    "given_methods": plain,
+    "given_methods": given_methods,
     "manager_meta": plain,
     "request_meta": plain,
 }

@@ -2,7 +2,8 @@
 
 Columns: student_id, total (out of 100), points, possible, todo1..todo5 (raw rubric points,
 adding up to `points`), status, reason, source, submitted_at, recorded_at, identical_to (the
-other students whose submitted file has the same bytes: a flag for the TA, not a verdict).  total =
+other students whose submitted file has the same bytes: a flag for the TA, not a verdict),
+tampering (what the submission did to the grader's own machinery, in short: grader/tampering.py).  total =
 100 x points / possible, rounded to two decimals; `possible` leaves out the items that could
 not run (97 without a GPU).  A student without a grade (file not gradable, grader error, left
 out) has empty numbers and the reason, never a zero they did not earn.  `source` is `batch`
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from grader.standing import Standing
 
 COLUMNS_BEFORE_TODOS = ["student_id", "total", "points", "possible"]
-COLUMNS_AFTER_TODOS = ["status", "reason", "source", "submitted_at", "recorded_at", "identical_to"]
+COLUMNS_AFTER_TODOS = ["status", "reason", "source", "submitted_at", "recorded_at", "identical_to", "tampering"]
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
@@ -69,7 +70,7 @@ def rows(standings: Iterable[Standing], todos: tuple[str, ...]) -> Iterable[list
     yield [*COLUMNS_BEFORE_TODOS, *todos, *COLUMNS_AFTER_TODOS]
     for s in standings:
         numbers = [s.total, s.points, s.possible, *(s.todos.get(t) for t in todos)]
-        extra = [s.status, s.reason, s.source, s.submitted_at, s.recorded_at, " ".join(s.identical_to)]
+        extra = [s.status, s.reason, s.source, s.submitted_at, s.recorded_at, " ".join(s.identical_to), s.tampering]
         yield [_cell(s.student), *map(_cell, numbers), *map(_cell, extra)]
 
 

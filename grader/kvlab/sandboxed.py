@@ -3,7 +3,7 @@
 The scheduler stays here, in the judge: it decides every call.  The submission's cells are
 loaded once (grader/sandbox/client.py); each paged run forks a session child of its own,
 builds a KVCacheManager there, and sends one `kv_lab_step` operation per scheduler step
-(grader/sandbox/operations.py): the calls of that step, in order, and a reading of the free
+(grader/sandbox/answers.py): the calls of that step, in order, and a reading of the free
 list, the block tables and the lengths they left.  What comes back is the submission's word:
 its shape is checked here before anything uses it, and what it says is checked against what
 the scheduler knows (memory.PagedMemory).  Anything malformed stops the lab with a message,

@@ -41,6 +41,8 @@ WORDS = {
         "These students submitted byte-for-byte identical files (same sha256): for the TA to look at; their grades stand",
     ),
     "identical_to": ("与以下提交相同：", "identical to"),
+    "tampering_n": ("触碰评分器代码的提交", "Touched the grader's machinery"),
+    "tampering": ("触碰评分器代码：", "touched the grader's machinery:"),
     "imported_note": (
         "{n} 个当前成绩是导入的（学生的 CI 运行或 Gradescope），并非本机评分：它们只和产生它们的运行一样可信；本机评分总是优先",
         "{n} current grades were imported (students' CI runs or Gradescope), not graded here: they are only as "
@@ -74,7 +76,7 @@ svg text{font:12px system-ui,sans-serif;fill:#1d2430}
 th button{all:unset;cursor:pointer;font-weight:600}th[aria-sort=ascending] button::after{content:" ▲"}
 th[aria-sort=descending] button::after{content:" ▼"}td.num,th.num{text-align:right}
 tr.imported{background:#fff8e1}.badge{display:inline-block;border-radius:4px;padding:0 6px;font-size:.85em;background:#eef0f3}
-.badge.imported{background:#f0c36d;color:#4a3500;font-weight:600}.badge.identical{background:#f6d0cd;color:#6b1510;margin-left:4px}.scroll{overflow-x:auto}.reason{display:block;color:#5f6b7a;font-size:.85em}
+.badge.imported{background:#f0c36d;color:#4a3500;font-weight:600}.badge.identical,.badge.tampering{background:#f6d0cd;color:#6b1510;margin-left:4px}.scroll{overflow-x:auto}.reason{display:block;color:#5f6b7a;font-size:.85em}
 #js-errors{background:#fdecea;color:#8a1f1b}
 """
 
@@ -246,6 +248,7 @@ def render(entries: list[Entry], lang: str, scorecard_href: dict[str, str] | Non
         (w("no_grade", lang), str(len(standings) - len(scores))),
         (w("imported_n", lang), str(imported)),
         (w("identical_n", lang), str(sum(1 for s in standings if s.identical_to))),
+        (w("tampering_n", lang), str(sum(1 for s in standings if s.tampering))),
     ]
     body.append('<div class="stats" id="stats">' + "".join(f'<div class="stat"><b>{esc(v)}</b>{esc(k)}</div>' for k, v in stats) + "</div>")
     if imported:
@@ -332,6 +335,8 @@ def _student_table(standings: list[standing.Standing], lang: str, hrefs: dict[st
         reason = f'<span class="reason">{esc(s.reason)}</span>' if s.reason else ""
         if s.identical_to:
             reason += f'<span class="badge identical">{esc(w("identical_to", lang))} {esc(", ".join(map(visible, s.identical_to)))}</span>'
+        if s.tampering:
+            reason += f'<span class="badge tampering">{esc(w("tampering", lang))} {esc(s.tampering)}</span>'
         row.append(f'<td data-v="{esc(s.status)}">{status}{reason}</td>')
         source = esc(standing.word(standing.SOURCE_WORDS, s.source, lang))
         badge = "badge imported" if s.imported else "badge"

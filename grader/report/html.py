@@ -188,6 +188,7 @@ def _card(result: GradeResult, lang: str, numbering: str, todos: Sequence[str] =
         body.append(f'<p class="muted">{esc(say("scaled", lang))}</p>')
     body.append(_errors_first(result, lang, numbering))
     body += [f'<p class="flag">⚠️ <b>{esc(say("flags", lang))}</b>{colon(lang)}{esc(flag.get(lang))}</p>' for flag in result.flags]
+    body += [f'<p class="flag tampering">⚠️ <b>{esc(say("tampering", lang))}</b>{colon(lang)}{esc(r.message.get(lang))}</p>' for r in result.tampering]
     body += [f'<p class="muted">{esc(note.get(lang))}</p>' for note in result.notes]
     skipped = cell_info.skipped_lines(result, lang, numbering)
     if skipped:

@@ -27,6 +27,7 @@ WORDS = {
     "cells": ("运行出错的代码单元", "cells that raised"),
     "cell": ("代码单元", "cell"),
     "flags": ("学术诚信提示", "Integrity flags"),
+    "tampering": ("触碰评分器自身的代码", "Touched the grader's own machinery"),
     "notes": ("说明", "Notes"),
     "unreadable": ("未评分", "Not graded"),
     "output": ("笔记本的输出（节选）", "what the notebook printed (excerpt)"),

@@ -135,9 +135,11 @@ def _render(result: GradeResult, lang: str) -> str:
     lines += _errors_first(result, lang)
     for flag in result.flags:
         lines.append(f"> ⚠️ **{say('flags', lang)}**{colon(lang)}{inline(flag.get(lang))}")
+    for record in result.tampering:
+        lines.append(f"> ⚠️ **{say('tampering', lang)}**{colon(lang)}{inline(record.message.get(lang))}")
     for note in result.notes:
         lines.append(f"> {inline(note.get(lang))}")
-    if result.flags or result.notes:
+    if result.flags or result.notes or result.tampering:
         lines.append("")
     skipped = cells.skipped_lines(result, lang)
     if skipped:

@@ -122,6 +122,8 @@ def render(result: GradeResult, lang: str, *, quiet: bool = False, numbering: st
     lines += _raised(result, lang, numbering)
     for flag in result.flags:
         lines.append(f"! {word('flags', lang)}{colon(lang)}{one_line(flag.get(lang), 600)}")
+    for record in result.tampering:
+        lines.append(f"! {word('tampering', lang)}{colon(lang)}{one_line(record.message.get(lang), 600)}")
     for note in result.notes:
         lines.append(f"* {one_line(note.get(lang), 600)}")
     lines += _skipped(result, lang, numbering)
@@ -173,5 +175,6 @@ def render_quiet(result: GradeResult, lang: str, *, numbering: str = "order", to
     lines = [_header(result, lang, todos)]
     for cell in cell_info.raised(result):
         lines.append(f"✗ {cell_info.where(cell, lang, numbering)}{colon(lang)}{one_line(cell_info.what(cell, lang), 160)}")
+    lines += [f"! {word('tampering', lang)}{colon(lang)}{one_line(r.message.get(lang), 300)}" for r in result.tampering]
     lines += [_item_line(item, lang) for item in result.items]
     return "\n".join(lines) + "\n"

@@ -64,8 +64,10 @@ from grader.sandbox.isolation import (
     switched_on,
 )
 from grader.sandbox.protocol import (
+    HELLO,
     MAX_SKIPPED,
     CellOutcome,
+    Forged,
     LoadReport,
     OutputCapture,
     SkippedLine,
@@ -73,6 +75,7 @@ from grader.sandbox.protocol import (
     _clean_error,
     _index,
     _recv,
+    _recv_signed,
     _send,
     _skipped_line,
 )
@@ -136,6 +139,10 @@ class Sandbox:
         self.allow_cuda = allow_cuda
         self.python = python or sys.executable
         self.token = secrets.token_hex(8)
+        # The key the worker's grader threads sign their frames with (machinery.py): given before
+        # any cell runs, kept where no cell reaches it.
+        self.key = secrets.token_bytes(32)
+        self.tamper: list[list[Any]] = []  # what the worker denied or the judge refused (worker-side lists)
         self.since = time.time()
         self.ipc_before = ipc.snapshot()
         # As root, a uid of this grading's own: nothing of it can touch another grading's.
@@ -466,6 +473,7 @@ class Sandbox:
         runnable = [{"index": c.index, "source": c.source} for c in self.cells if c.index not in self._skip]
         load = {
             "op": "load",
+            "key": self.key.hex(),
             "cells": runnable,
             "workdir": str(self.workdir),
             "cwd": str(self.cwd) if self.cwd is not None else None,
@@ -587,7 +595,11 @@ class Sandbox:
             while True:
                 conn = self._accept(limit)
                 try:
-                    hello = _recv(conn, limit)
+                    hello = _recv_signed(conn, limit, self.key, 0, HELLO)
+                except Forged as forged:  # the child's connection, but not its grader thread's frame
+                    self._note_tamper([["forged", forged.detail, "", False, False]])
+                    conn.close()
+                    continue
                 except WorkerLost:
                     conn.close()
                     raise
@@ -599,7 +611,9 @@ class Sandbox:
             self._stop_worker()
             raise
         gid = self.uid.gid if self.uid is not None else None
-        return Session(
+        listed = hello.get("tamper") if isinstance(hello.get("tamper"), list) else []
+        self._note_tamper([e for e in listed if isinstance(e, list) and e[3:4] == [True]])  # while the cells ran
+        session = Session(
             conn,
             _peer_pid(conn),
             self.limits.call_timeout_s,
@@ -607,7 +621,17 @@ class Sandbox:
             shared_dir=self.shared_dir,
             shared_gid=gid,
             wall_backstop=self.limits.wall_backstop,
+            key=self.key,
         )
+        session._note_tamper([e for e in listed if isinstance(e, list) and e[3:4] != [True]])  # in the child, before its hello
+        return session
+
+    def _note_tamper(self, listed: Any) -> None:
+        """Denials the worker's audit hook made while the cells ran (each session's hello repeats
+        them; kept once) or a frame refused before a session began."""
+        for event in listed[:50]:
+            if event not in self.tamper and len(self.tamper) < 200:
+                self.tamper.append(event)
 
     def output(self) -> tuple[str, int]:
         """What the submission printed (first bytes, on stdout then stderr) and how much in all."""

@@ -4,6 +4,8 @@ code here; a frame too large or malformed ends the session as "protocol" or "too
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import select
@@ -113,9 +115,50 @@ class OutputCapture:
         return bytes(self.kept).decode("utf-8", errors="replace")
 
 
-def _send(sock: socket.socket, message: dict[str, Any]) -> None:
+def _send(sock: socket.socket, message: dict[str, Any]) -> bytes:
+    """Send one frame; returns its bytes (a signed reply names the digest of the request it answers)."""
     data = json.dumps(message).encode()
     sock.sendall(struct.pack(">I", len(data)) + data)
+    return data
+
+
+HELLO = hashlib.sha256(b"hello").digest()
+MAC_BYTES = 32
+
+
+class Forged(WorkerLost):
+    """A frame on a grader thread's connection that the grader thread did not write (its signature is wrong)."""
+
+    def __init__(self, detail: str):
+        super().__init__("protocol", detail)
+
+
+def signature(key: bytes, number: int, request: bytes, body: bytes) -> bytes:
+    """What the worker's grader thread signs a frame with (machinery.signature): HMAC-SHA256 over
+    the frame's number, the digest of the request it answers and its bytes."""
+    return hmac.digest(key, b"pa-grader-frame" + struct.pack(">Q", number) + request + body, "sha256")
+
+
+def _recv_signed(sock: socket.socket, deadline: float | Waiter, key: bytes, number: int, request: bytes) -> dict[str, Any]:
+    """The next frame of a grader thread, which must be its `number`th and answer `request` (a
+    digest): anything else on the connection (a frame the submission wrote there, one replayed,
+    one answering another request) raises Forged."""
+    (size,) = struct.unpack(">I", _read_exact(sock, 4, deadline))
+    if size > MAX_FRAME:
+        raise WorkerLost("too_large", f"a reply of {size} bytes")
+    if size < MAC_BYTES:
+        raise Forged("a frame too short to be signed")
+    frame = _read_exact(sock, size, deadline)
+    mac, body = frame[:MAC_BYTES], frame[MAC_BYTES:]
+    if not hmac.compare_digest(mac, signature(key, number, request, body)):
+        raise Forged("a frame the grader's code did not write")
+    try:
+        message = json.loads(body.decode())
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise WorkerLost("protocol", str(error)[:200]) from None
+    if not isinstance(message, dict):
+        raise WorkerLost("protocol", "reply is not an object")
+    return message
 
 
 class Waiter(Protocol):

@@ -1,6 +1,11 @@
 """A session child as the judge sees it: one operation at a time, within the time limits, and
 paged_attention's inputs in a file both map (what the submission writes there, the judge reads
-back itself)."""
+back itself).
+
+The child's grader thread (worker-side machinery.py) answers; every frame it sends is signed
+with the grading's key, numbered, and names the digest of the request it answers, so a frame
+the submission wrote on the connection, replayed or reordered is refused (protocol.Forged) and
+counted as tampering.  Each reply lists what the worker's audit hook denied since the last."""
 
 from __future__ import annotations
 
@@ -16,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.sandbox.clock import Budget, CallClock
-from grader.sandbox.protocol import BudgetExceeded, Reply, WorkerLost, _clean_error, _recv, _send
+from grader.sandbox.protocol import BudgetExceeded, Forged, Reply, WorkerLost, _clean_error, _recv_signed, _send
 
 ATTENTION_INPUTS = ("query", "key_cache", "value_cache", "block_tables", "seq_lens")
 
@@ -38,7 +43,13 @@ class Session:
     shared_dir: Path | None = None
     shared_gid: int | None = None  # the submission's group, when it runs under a uid of its own
     wall_backstop: float = 3.0
+    key: bytes = b""  # the grading's signing key (client.Sandbox); the hello was frame 0
+    tamper: list[list[Any]] = field(default_factory=list)  # denials and forgeries seen, until attached to a sink
+    sink: list[tuple[str, list[Any]]] | None = None  # where they go, with the scope they served (attach)
+    scope: str = ""
     _next_id: int = field(default=0)
+    _frames: int = field(default=1)
+    _caches: _SharedInputs | None = field(default=None)  # the file holding the current example's caches
 
     def __post_init__(self) -> None:
         self.budget.session_started(self.pid)
@@ -56,8 +67,10 @@ class Session:
             raise BudgetExceeded()
         self._next_id += 1
         shared = None
+        if op == "reseed":
+            self._drop_caches()  # a new example: the worker lets go of its caches too
         if op == "attention" and fields.get("device", "cpu") == "cpu" and self.shared_dir is not None:
-            fields, shared = _share_inputs(fields, self.shared_dir, self.shared_gid)
+            fields, shared = self._share_attention_inputs(fields)
         message = {"op": op, "id": self._next_id, **fields}
         clock = CallClock(self.pid, timeout or self.call_timeout_s, self.wall_backstop, self.budget)
         try:
@@ -65,17 +78,21 @@ class Session:
             # permutation of 100,000 blocks) that fills the socket's buffer needs the call's own.
             self.conn.settimeout(max(0.1, clock.wall_deadline - time.monotonic()))
             try:
-                _send(self.conn, message)
+                sent = _send(self.conn, message)
             except TimeoutError:
                 clock.reason = "wall"  # the worker did not read it in the call's time
                 raise WorkerLost("timeout") from None
-            while True:
-                reply = _recv(self.conn, clock)
-                if reply.get("id") == self._next_id:
-                    break
+            request = hashlib.sha256(sent).digest()
+            reply = _recv_signed(self.conn, clock, self.key, self._frames, request)
+            self._frames += 1
+            self._note_tamper(reply.get("tamper"))
             if shared is not None and reply.get("ok") is True and isinstance(reply.get("value"), dict):
-                # What the judge reads back from its own file, not what the submission says.
+                # What the judge reads back from its own files, not what the submission says.
                 reply["value"]["input_digests"] = shared.digests()
+        except Forged as forged:
+            self._note_tamper([["forged", forged.detail, "", False, False]])
+            self.kill()
+            raise
         except WorkerLost as lost:
             self.kill()
             if lost.reason == "timeout" and clock.reason == "budget":
@@ -88,13 +105,55 @@ class Session:
             raise WorkerLost("exited", str(error)) from None
         finally:
             if shared is not None:
-                shared.close()
+                shared.close_unless(self._caches)
         return Reply(
             ok=reply.get("ok") is True,
             value=reply.get("value"),
             error=_clean_error(reply.get("error")),
             state=reply.get("state") if isinstance(reply.get("state"), dict) else None,
         )
+
+    def attach(self, sink: list[tuple[str, list[Any]]], scope: str) -> None:
+        """Send what was and will be denied or refused in this session to `sink`, as `scope`'s (an item, a TODO)."""
+        self.sink, self.scope = sink, scope
+        self._note_tamper(self.tamper)
+        self.tamper = []
+
+    def _note_tamper(self, listed: Any) -> None:
+        """What the worker's audit hook denied since its last frame (a list of small lists), kept as
+        the worker gave it (grader/tampering.py reads it)."""
+        if not isinstance(listed, list):
+            return
+        events = [e for e in listed[:50] if isinstance(e, list)]
+        if self.sink is None:
+            self.tamper += events[: max(0, 200 - len(self.tamper))]
+        else:
+            self.sink += [(self.scope, e) for e in events][: max(0, 1000 - len(self.sink))]
+
+    def _share_attention_inputs(self, fields: dict[str, Any]) -> tuple[dict[str, Any], _SharedInputs | None]:
+        """paged_attention's inputs in a new file; a decode step's caches (`reuse_caches`) written in
+        place in the file that already holds the example's caches, which the worker maps still."""
+        previous = self._caches
+        reuse = bool(fields.get("reuse_caches")) and previous is not None and all(
+            isinstance(fields.get(name), dict) and previous.fits(name, fields[name]) for name in CACHES)
+        shared_fields, shared = _share_inputs(fields, self.shared_dir, self.shared_gid, skip=CACHES if reuse else ())
+        if shared is None:
+            return fields, None
+        if reuse:
+            assert previous is not None
+            for name in CACHES:
+                previous.write(name, base64.b64decode(fields[name]["data"]))
+                shared_fields[name] = {"dtype": fields[name]["dtype"], "shape": fields[name]["shape"], "reused": True}
+            shared.adopt(previous, CACHES)
+        else:
+            self._drop_caches()
+            self._caches = shared
+        return shared_fields, shared
+
+    def _drop_caches(self) -> None:
+        if self._caches is not None:
+            self._caches.close()
+            self._caches = None
 
     def kill(self) -> None:
         if self.alive:
@@ -105,6 +164,7 @@ class Session:
             except (ProcessLookupError, PermissionError):
                 pass
             self.conn.close()
+            self._drop_caches()
 
     def end(self) -> None:
         if self.alive:
@@ -115,16 +175,47 @@ class Session:
             self.kill()
 
 
-class _SharedInputs:
-    """paged_attention's inputs in a file the session maps shared: in-place writes land here."""
+CACHES = ("key_cache", "value_cache")
 
-    def __init__(self, fd: int, path: Path, regions: dict[str, tuple[int, int]]):
-        self.fd, self.path, self.regions = fd, path, regions
+
+class _SharedInputs:
+    """paged_attention's inputs in a file the session maps shared: in-place writes land here.
+
+    A call that reuses the caches of the example (a decode step) reads them from the file that
+    holds them (`adopt`), which stays open until the example ends."""
+
+    def __init__(self, fd: int, path: Path, regions: dict[str, tuple[int, int]], layout: dict[str, tuple[str, list[int]]]):
+        self.fd, self.path, self.regions, self.layout = fd, path, regions, layout
+        self.borrowed: dict[str, _SharedInputs] = {}
+        self.closed = False
+
+    def fits(self, name: str, payload: dict[str, Any]) -> bool:
+        """Whether `payload` has the dtype and shape of the tensor this file holds under `name`."""
+        return self.layout.get(name) == (payload.get("dtype"), payload.get("shape"))
+
+    def write(self, name: str, data: bytes) -> None:
+        offset, size = self.regions[name]
+        assert len(data) == size
+        os.pwrite(self.fd, data, offset)
+
+    def adopt(self, other: _SharedInputs, names: tuple[str, ...]) -> None:
+        for name in names:
+            self.borrowed[name] = other
 
     def digests(self) -> dict[str, str]:
-        return {name: hashlib.sha256(os.pread(self.fd, size, offset)).hexdigest() for name, (offset, size) in self.regions.items()}
+        out = {name: hashlib.sha256(os.pread(self.fd, size, offset)).hexdigest() for name, (offset, size) in self.regions.items()}
+        for name, other in self.borrowed.items():
+            out.update({k: v for k, v in other.digests().items() if k == name})
+        return out
+
+    def close_unless(self, keep: _SharedInputs | None) -> None:
+        if self is not keep:
+            self.close()
 
     def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
         os.close(self.fd)
         try:
             self.path.unlink()
@@ -132,20 +223,21 @@ class _SharedInputs:
             pass
 
 
-def _share_inputs(fields: dict[str, Any], directory: Path, gid: int | None = None) -> tuple[dict[str, Any], _SharedInputs | None]:
+def _share_inputs(fields: dict[str, Any], directory: Path, gid: int | None = None,
+                  skip: tuple[str, ...] = ()) -> tuple[dict[str, Any], _SharedInputs | None]:
     blobs: dict[str, bytes] = {}
     for name in ATTENTION_INPUTS:
         payload = fields.get(name)
         if not isinstance(payload, dict) or not isinstance(payload.get("data"), str):
             return fields, None
-        blobs[name] = base64.b64decode(payload["data"])
-    layout, regions, offset = {}, {}, 0
+        if name not in skip:
+            blobs[name] = base64.b64decode(payload["data"])
+    layout, regions, shapes, offset = {}, {}, {}, 0
     for name, blob in blobs.items():
         regions[name] = (offset, len(blob))
         layout[name] = {"dtype": fields[name]["dtype"], "shape": fields[name]["shape"], "offset": offset}
+        shapes[name] = (fields[name]["dtype"], fields[name]["shape"])
         offset += (len(blob) + 63) // 64 * 64
-    if offset == 0:
-        return fields, None
     path = directory / f"inputs-{secrets.token_hex(8)}"
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     if gid is not None:  # the submission's own uid reads and writes it through its group
@@ -153,5 +245,5 @@ def _share_inputs(fields: dict[str, Any], directory: Path, gid: int | None = Non
         os.fchmod(fd, 0o660)
     for name, blob in blobs.items():
         os.pwrite(fd, blob, regions[name][0])
-    os.ftruncate(fd, offset)
-    return {**fields, **layout, "shared": {"path": str(path), "size": offset}}, _SharedInputs(fd, path, regions)
+    os.ftruncate(fd, max(offset, 64))
+    return {**fields, **layout, "shared": {"path": str(path), "size": max(offset, 64)}}, _SharedInputs(fd, path, regions, shapes)

@@ -42,7 +42,6 @@ from builtins import (  # noqa: I001, UP029
     type,
 )
 import base64
-import dis
 import json
 import mmap
 import os
@@ -57,7 +56,6 @@ MAX_INT_BITS = 8192  # a returned int larger than this is described, not sent (J
 MAX_STR = 1 << 16
 TENSOR_DTYPES = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")
 
-_get_instructions = dis.get_instructions  # bound before any cell runs
 _pack = struct.pack  # bound before any cell runs, so a cell cannot swap the framing out
 _unpack = struct.unpack
 _dumps = json.dumps
@@ -124,12 +122,17 @@ def _own_frame(frame):
     return None
 
 
-def describe_error(error):
+def traceback_text(error):
+    """Where an error of the submission's came from, in its own frames only (shown to the student)."""
     try:
         frames = [own for own in (_own_frame(f) for f in traceback.extract_tb(error.__traceback__)) if own is not None]
-        shown = "".join(traceback.format_list(frames[-6:]))[-4000:]
+        return "".join(traceback.format_list(frames[-6:]))[-4000:]
     except BaseException:
-        shown = ""
+        return ""
+
+
+def describe_error(error):
+    shown = traceback_text(error)
     return {
         "type": _safe_str(type.__dict__["__name__"].__get__(type(error)))[:200],
         "message": _safe_str(error)[:2000],
@@ -198,36 +201,6 @@ def int_list(value, what):
             raise TypeError(f"{what} should hold ints, got {type(item).__name__}: {_safe_str(item)[:50]}")
         out.append(as_int)
     return out
-
-
-# --- code ----------------------------------------------------------------------------------
-
-def code_fingerprint(code, depth=0):
-    """What a function's code does, independent of where it was written: the instructions with
-    their arguments resolved (constants, names, nested code), the argument counts and locals.
-    Line numbers, file, qualified name and docstring are left out, and compiler flags other
-    than the code's own kind (a `from __future__` import), so the template's method compiled
-    by the judge and the same method in a notebook cell compare equal.  The judge computes it
-    with this same function (grader/given_code.py)."""
-    if depth > 8:
-        return "<too deep>"
-    parts = [
-        f"args {code.co_argcount} {code.co_posonlyargcount} {code.co_kwonlyargcount} flags {code.co_flags & 0xFFFF}",
-        f"locals {code.co_varnames!r} free {code.co_freevars!r} cells {code.co_cellvars!r}",
-    ]
-    for instruction in _get_instructions(code):
-        if instruction.opname in ("CACHE", "RESUME", "NOP"):
-            continue
-        arg = instruction.argval
-        if type(arg) is type(code):
-            arg = "{" + code_fingerprint(arg, depth + 1) + "}"
-        else:
-            arg = repr(arg)
-        # A call of an imported module's function compiles to LOAD_ATTR when the import is in the
-        # same cell or module (CPython 3.11's is_import_originated), to LOAD_METHOD otherwise.
-        name = "LOAD_ATTR" if instruction.opname == "LOAD_METHOD" else instruction.opname
-        parts.append(f"{name} {arg}")
-    return "\n".join(parts)
 
 
 # --- tensors -------------------------------------------------------------------------

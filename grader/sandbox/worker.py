@@ -32,6 +32,11 @@ It uses only the standard library, torch and IPython (shell.py: the cells run th
 InteractiveShell as in a Jupyter kernel), and the judge trusts nothing it says: every
 answer is an observation to be checked, never a verdict.  What the judge measures itself
 (whether paged_attention changed its inputs) it reads from memory it shares with the child.
+
+What the grader's own code in this process observes (earlier results, the caller's edits, the
+views of the judge's files, the given code as bound) is done by machinery.py, which this file
+reads now and arms before the first cell, out of every cell's reach: an audit hook, and a
+grader thread in each session child that signs what it tells the judge (docs/trust.md).
 """
 
 # Bound here, before any cell can reassign them in the builtins module: the worker's own code
@@ -50,12 +55,18 @@ from builtins import (  # noqa: I001, UP029
     str,
     type,
 )
+import _thread
+import builtins
 import ctypes
 import json
 import os
+import random
 import signal
 import socket
 import sys
+import time
+import types
+import warnings
 
 CONTRACT = ("estimate_kv_cache_bytes", "Request", "KVCacheManager", "paged_attention")
 _exit = os._exit
@@ -81,15 +92,19 @@ def _sandbox_module(name):
 wire = _sandbox_module("wire")
 _sandbox_module("seccomp")  # confine.py's
 confinement = _sandbox_module("confine")
-operations = _sandbox_module("operations")
 # IPython, which runs the cells (its import is a tenth of torch's; it starts no thread, so spawn.py
 # can still unshare).  Read now: in the worker's mount namespace the grader's files may be hidden.
 shell_module = _sandbox_module("shell")
+# The grader's own code in the graded process (machinery.py and the two modules it imports),
+# compiled now, while its files can be read, and executed before the first cell (arm_machinery).
+MACHINERY = {}
+for _name in ("hook", "readings", "answers", "machinery"):
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{_name}.py"), encoding="utf-8") as _source:
+        MACHINERY[_name] = compile(_source.read(), f"<grader {_name}>", "exec", dont_inherit=True)
 BLOCKED_TOP_LEVEL = confinement.BLOCKED_TOP_LEVEL
 send, recv, connect, describe_error, _safe_str, _dumps = wire.send, wire.recv, wire.connect, wire.describe_error, wire._safe_str, wire._dumps
 confine, scope_session, _read_roots = confinement.confine, confinement.scope_session, confinement._read_roots
 _libc, PR_SET_DUMPABLE = confinement._libc, confinement.PR_SET_DUMPABLE
-Session, reseed = operations.Session, operations.reseed
 
 
 # --- import guard: the answer key and the grader are not importable from here ----------
@@ -205,6 +220,51 @@ def describe_names(namespace):
     return found
 
 
+def reseed():
+    """Every random state as at the start (before the first cell; each example starts so too)."""
+    import torch
+
+    random.seed(0)
+    torch.manual_seed(0)
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed(0)
+
+
+def arm_machinery(key, path, namespace):
+    """Execute machinery.py and its companions as modules that no sys.modules entry keeps, and arm
+    them (the audit hook; a grader thread started by every fork): the last thing before the first
+    cell.  What this returns is the main thread's part in a session child: the lock that lets its
+    grader thread start and the list it reads the session's number from."""
+    import torch
+
+    modules = {}
+    try:
+        for name, code in MACHINERY.items():
+            module = types.ModuleType(f"_pa_grader_{name}")
+            module.__builtins__ = dict(builtins.__dict__)  # its own: a cell may rebind the builtins module's names
+            sys.modules[module.__name__] = module
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                exec(code, module.__dict__)
+            modules[name] = module
+    finally:
+        for name in MACHINERY:
+            sys.modules.pop(f"_pa_grader_{name}", None)
+    ready, number = _thread.allocate_lock(), [None]
+    ready.acquire()
+    seeds = [random.seed, torch.manual_seed] + ([sys.modules["numpy"].random.seed] if "numpy" in sys.modules else [])
+    modules["machinery"].install(bytes.fromhex(key), path, namespace, seeds, wire.traceback_text, ready, number,
+                                 [vars(m) for m in modules.values()])
+    return ready, number
+
+
+def park():
+    """A session child's main thread, once its grader thread runs: nothing (signal handlers the
+    cells installed still run here, in frames that lead to nothing of the grader's)."""
+    while True:
+        time.sleep(3600)
+
+
 def main(plan, forked=False):
     """Run one grading's worker; `forked`: this process is a child of a warm template."""
     path = plan["socket"]
@@ -222,10 +282,13 @@ def main(plan, forked=False):
 
     control = connect(path)
     load = recv(control)
+    key = load.pop("key", None)
     send(control, {"event": "confined", **confine(load, facts)})
     enter_notebook_folder(load)
     shell = shell_module.make_shell(load.get("notebook", True) is not False)
     reseed()
+    ready, number = arm_machinery(key if isinstance(key, str) else "00", path, shell.user_ns)
+    del key
     run_cells(control, [(c["index"], c["source"]) for c in load["cells"]], shell)
     namespace = shell.user_ns
     send(
@@ -245,15 +308,14 @@ def main(plan, forked=False):
         order = recv(control)
         if order.get("op") != "fork":
             return
-        if _fork() == 0:
+        if _fork() == 0:  # the fork started this child's grader thread (machinery.py); it waits for `ready`
             try:
                 control.close()
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                 scope_session()
-                reseed()
-                session_sock = connect(path)
-                send(session_sock, {"event": "hello", "session": order.get("session")})
-                Session(namespace).serve(session_sock)
+                number[0] = order.get("session")
+                ready.release()
+                park()
             finally:
                 _exit(0)
 

@@ -1,0 +1,576 @@
+"""The operations a session child's grader thread answers (machinery.py): what the judge asks, and
+the state after each call.  Part of the grader's code in the graded process (loaded as
+machinery.py says: never a module a cell can find).  Each operation is the reproduction's
+call, made on the caller thread (readings.py); what it returns is read here with C functions
+only, kept here when the caller keeps it, and answered as plain data.
+"""
+
+from binascii import a2b_base64
+from mmap import MAP_SHARED, PROT_READ, PROT_WRITE
+from mmap import mmap as map_file
+from operator import itemgetter, setitem
+from os import O_CLOEXEC, O_NOFOLLOW, O_RDWR
+from os import close as close_fd
+from os import open as open_fd
+
+import torch
+from _pa_grader_hook import recorded
+from _pa_grader_readings import (
+    DTYPE_OF,
+    DTYPES,
+    LIST_COPY,
+    LIST_GET,
+    LIST_POP,
+    LIST_SET,
+    SIZE_OF,
+    TENSOR,
+    TYPE_NAME,
+    as_int,
+    assign,
+    attribute,
+    bound_code,
+    call,
+    calls,
+    described,
+    digest,
+    edit,
+    has_base,
+    int_list,
+    method,
+    outcome,
+    plain_attribute,
+    plain_reading,
+    refused,
+    refused_type,
+    student_error,
+    tensor_facts,
+    tensor_reading,
+    with_builtin_errors,
+)
+
+CUDA_SYNC = torch.cuda.synchronize
+ATTENTION_INPUTS = ("query", "key_cache", "value_cache", "block_tables", "seq_lens")
+
+
+# --- what a call gives back -----------------------------------------------------------------------
+
+def student_call(session, function, *args, **kwargs):
+    """The value of `function(*args, **kwargs)` run on the caller thread; what it raised, described, raises."""
+    return outcome(session, call(session, function, *args, **kwargs))
+
+
+def _keep(session, msg, value):
+    keep = msg.get("keep")
+    if type(keep) is int:
+        session["kept"][keep] = value
+    return value
+
+
+def _tensor_reply(value):
+    reading = tensor_reading(value)
+    if "data" not in reading:
+        raise refused(reading)
+    return reading
+
+
+def _handle(session, value):
+    if type(value) is not int or value not in session["handles"]:
+        raise LookupError("an unknown handle")
+    return session["handles"][value]
+
+
+def _ints(value, what):
+    if type(value) is not list or not all(type(i) is int for i in value):
+        raise TypeError(f"{what} of the wrong form")
+    return value
+
+
+def _shape(payload):
+    shape = payload.get("shape")
+    if type(shape) is not list or not all(type(d) is int and d >= 0 for d in shape):
+        raise TypeError("a tensor shape of the wrong form")
+    count = 1
+    for d in shape:
+        count *= d
+    return shape, count
+
+
+def shared_map(session, spec):
+    """A file of the judge's, mapped shared (kept mapped until the example ends)."""
+    if type(spec) is not dict or type(spec.get("path")) is not str or type(spec.get("size")) is not int:
+        raise TypeError("a shared file of the wrong form")
+    fd = open_fd(spec["path"], O_RDWR | O_NOFOLLOW | O_CLOEXEC)
+    try:
+        mapped = map_file(fd, spec["size"], MAP_SHARED, PROT_READ | PROT_WRITE)
+    finally:
+        close_fd(fd)
+    session["maps"].append(mapped)
+    return mapped
+
+
+def tensor_from(payload, device="cpu", mapped=None):
+    """A tensor the judge describes: a view of its shared file, or made from the bytes it sent."""
+    if type(payload) is not dict or type(payload.get("dtype")) is not str or payload["dtype"] not in DTYPES:
+        raise TypeError("a tensor of the wrong form")
+    dtype = DTYPES[payload["dtype"]]
+    shape, count = _shape(payload)
+    if count == 0:
+        return torch.empty(shape, dtype=dtype, device=device)
+    if mapped is not None and type(payload.get("offset")) is int:
+        return TENSOR.view(torch.frombuffer(mapped, dtype=dtype, count=count, offset=payload["offset"]), shape)
+    if type(payload.get("data")) is not str:
+        raise TypeError("tensor bytes of the wrong form")
+    flat = torch.frombuffer(bytearray(a2b_base64(payload["data"])), dtype=dtype)
+    return TENSOR.to(TENSOR.clone(TENSOR.reshape(flat, shape)), device)
+
+
+# --- operations (what the judge asks; the reproduction writes the same calls) ------------------------
+
+def op_observe(session, msg):
+    return None
+
+
+def op_reseed(session, msg):
+    """A new example: its objects let go of on the caller thread; every random state as at the start."""
+    old = [session["handles"], session["kept"], session["pools"], session["caches"], session["maps"], session["grave"], session["kv_lab"]]
+    session.update(handles={}, kept={}, pools={}, caches={}, maps=[], grave=[], kv_lab={})
+    if calls(session, (list.clear, old), *((seed, 0) for seed in session["seeds"])) is None:
+        for seed in session["seeds"]:  # one raised (a seed function the cells replaced): said by the one that did
+            student_call(session, seed, 0)
+    return None
+
+
+def op_new(session, msg):
+    cls, kwargs = msg.get("cls"), msg.get("kwargs")
+    if type(cls) is not str or type(kwargs) is not dict:
+        raise TypeError("a constructor call of the wrong form")
+    if cls not in session["ns"]:
+        raise refused({"type": "KeyError", "message": repr(cls), "not_implemented": False, "rejected_return": False,
+                       "isa": ["Exception", "KeyError", "LookupError"], "traceback": ""})
+    value = student_call(session, session["ns"][cls], **kwargs)
+    handle = len(session["handles"]) + 1
+    session["handles"][handle] = value
+    return handle
+
+
+def _contract(session, name):
+    function = session["ns"].get(name)
+    if function is None:
+        raise refused({"type": "KeyError", "message": repr(name), "not_implemented": False, "rejected_return": False,
+                       "isa": ["Exception", "KeyError", "LookupError"], "traceback": ""})
+    return function
+
+
+def op_ledger(session, msg):
+    args, kwargs = msg.get("args", []), msg.get("kwargs", {})
+    if type(args) is not list or type(kwargs) is not dict:
+        raise TypeError("a ledger call of the wrong form")
+    value = _keep(session, msg, student_call(session, _contract(session, "estimate_kv_cache_bytes"), *args, **kwargs))
+    return plain_reading(session, value)
+
+
+def op_method(session, msg):
+    if type(msg.get("name")) is not str or type(msg.get("args", [])) is not list:
+        raise TypeError("a method call of the wrong form")
+    target = _handle(session, msg.get("target"))
+    args = [_handle(session, h) for h in msg.get("args", [])]
+    value = _keep(session, msg, student_call(session, method(msg["name"], *args), target))
+    return plain_reading(session, value)
+
+
+def op_get_cache(session, msg):
+    manager, req = _handle(session, msg.get("manager")), _handle(session, msg.get("request"))
+    return _tensor_reply(_keep(session, msg, student_call(session, method("get_physical_cache", req), manager)))
+
+
+def op_attention(session, msg):
+    device = msg.get("device", "cpu")
+    if device not in ("cpu", "cuda"):
+        raise TypeError("an unknown device")
+    mapped = shared_map(session, msg["shared"]) if msg.get("shared") is not None else None
+    inputs, previous = {}, session["caches"]
+    for name in ATTENTION_INPUTS:
+        payload = msg.get(name)
+        if type(payload) is dict and payload.get("reused") is True:
+            # The example's caches, which the judge wrote in place in the file that holds them (a decode step).
+            if name not in previous:
+                raise LookupError("no earlier caches to reuse")
+            inputs[name] = previous[name]
+        else:
+            inputs[name] = tensor_from(payload, device, mapped)
+    if msg.get("reuse_caches") is True and mapped is None:
+        # No shared file (CUDA): the new caches copied into the previous call's tensors.
+        for name in ("key_cache", "value_cache"):
+            if name in previous and SIZE_OF(previous[name]) == SIZE_OF(inputs[name]) and DTYPE_OF(previous[name]) == DTYPE_OF(inputs[name]):
+                TENSOR.copy_(previous[name], inputs[name])
+                inputs[name] = previous[name]
+    session["caches"] = {"key_cache": inputs["key_cache"], "value_cache": inputs["value_cache"]}
+    style, scale = msg.get("scale_style"), msg.get("scale")
+    args = [inputs[name] for name in ATTENTION_INPUTS]
+    function = _contract(session, "paged_attention")
+    if style == "positional":
+        value = student_call(session, function, *args, scale)
+    elif style == "keyword":
+        value = student_call(session, function, *args, scale=scale)
+    else:
+        value = student_call(session, function, *args)
+    if device == "cuda":
+        student_call(session, CUDA_SYNC)
+    return {"output": _tensor_reply(_keep(session, msg, value))}
+
+
+def op_share_pool(session, msg):
+    """The pool becomes a tensor on the judge's file, mapped shared: what any call writes into it,
+    the judge reads back itself.  The reproduction writes it as `m.physical_kv_cache = ...`."""
+    manager = _handle(session, msg.get("manager"))
+    shape, count = _shape(msg)
+    if msg.get("dtype") not in DTYPES or type(msg.get("shared")) is not dict or type(msg["shared"].get("path")) is not str:
+        raise TypeError("a pool of the wrong form")
+    pool = TENSOR.view(torch.from_file(msg["shared"]["path"], shared=True, size=count, dtype=DTYPES[msg["dtype"]]), shape)
+    session["pools"][msg["manager"]] = pool
+    assign(session, manager, "physical_kv_cache", pool)
+    return None
+
+
+def op_set_pool(session, msg):
+    manager, tensor = _handle(session, msg.get("manager")), tensor_from(msg.get("tensor"))
+    if msg.get("rebind") is True:  # a new tensor object, as `m.physical_kv_cache = ...` makes
+        assign(session, manager, "physical_kv_cache", tensor)
+        return None
+    pool = attribute(session, manager, "physical_kv_cache")
+    if type(pool) is torch.Tensor:  # a plain tensor's copy_ is torch's own
+        with_builtin_errors(TENSOR.copy_, pool, tensor)
+    else:
+        student_call(session, method("copy_", tensor), pool)
+    return None
+
+
+def op_edit_kept(session, msg):
+    """The caller changes what a call gave it (its own to change): every entry set to 0.  A later
+    call must not see that (a result kept and handed out again, an lru_cache)."""
+    key = msg.get("key")
+    if type(key) is int and key in session["kept"]:
+        edit(session["kept"][key])
+    return None
+
+
+def op_permute(session, msg):
+    """Reorder the free list (any order is legal): `m.free_blocks[:] = [m.free_blocks[i] for i in order]`."""
+    manager, order = _handle(session, msg.get("manager")), _ints(msg.get("order"), "an order")
+    free = attribute(session, manager, "free_blocks")
+    if type(free) is list:  # a plain list's items are read here
+        items = [with_builtin_errors(LIST_GET, free, i) for i in order]
+    elif not order:
+        items = []
+    elif len(order) == 1:
+        items = [student_call(session, method("__getitem__", order[0]), free)]
+    else:
+        items = list(student_call(session, itemgetter(*order), free))
+    free = attribute(session, manager, "free_blocks")
+    if type(free) is list:
+        LIST_SET(free, slice(None), items)
+    else:
+        student_call(session, setitem, free, slice(None), items)
+    return None
+
+
+def op_place(session, msg):
+    """Give a request blocks the way a correct prefill would: exactly what the reproduction
+    writes, `r.block_table = [m.free_blocks.pop(i) for i in indices]`."""
+    manager, req = _handle(session, msg.get("manager")), _handle(session, msg.get("request"))
+    blocks = []
+    for i in _ints(msg.get("indices"), "indices"):
+        free = attribute(session, manager, "free_blocks")
+        blocks.append(with_builtin_errors(LIST_POP, free, i) if type(free) is list else student_call(session, method("pop", i), free))
+    assign(session, req, "block_table", blocks)
+    return None
+
+
+def op_set_table(session, msg):
+    req, table = _handle(session, msg.get("request")), _ints(msg.get("table"), "a table")
+    if type(msg.get("seq_len")) is not int:
+        raise TypeError("a length of the wrong form")
+    assign(session, req, "block_table", list(table))
+    assign(session, req, "seq_len", msg["seq_len"])
+    return None
+
+
+def op_manager_meta(session, msg):
+    """What the given constructor sets up: the sizes it keeps and its pool (shape, dtype, all zero)."""
+    manager = _handle(session, msg.get("manager"))
+    sizes = [plain_reading(session, attribute(session, manager, name)) for name in ("num_blocks", "block_size", "head_dim")]
+    pool = attribute(session, manager, "physical_kv_cache")
+    if not has_base(type(pool), TENSOR):
+        return {"__dict__": [["sizes", {"__list__": sizes}], ["pool", None]]}
+    shape, dtype, zero = tensor_facts(pool)
+    return {"__dict__": [["sizes", {"__list__": sizes}], ["pool", {"__list__": [{"__list__": shape}, dtype, zero]}]]}
+
+
+def op_request_meta(session, msg):
+    """The id a request keeps (the given constructor sets it)."""
+    return plain_reading(session, attribute(session, _handle(session, msg.get("request")), "request_id"))
+
+
+def op_given_methods(session, msg):
+    """The code of each given method as bound now, reached the way a call reaches it (through
+    the class bound to the contract's name, its bases, decorators, setattr, later assignments):
+    its parts (the judge takes their fingerprint), or what else is bound there."""
+    methods = msg.get("methods")
+    if type(methods) is not dict:
+        raise TypeError("methods of the wrong form")
+    found = {}
+    for name, names in methods.items():
+        cls = session["ns"].get(name)
+        for name_of_method in names if type(names) is list else []:
+            try:
+                found[f"{name}.{name_of_method}"] = bound_code(cls, name_of_method)
+            except BaseException:
+                found[f"{name}.{name_of_method}"] = "unreadable"
+    return found
+
+
+def _attempt(session, function, *args, **kwargs):
+    """(True, what `function` returned) or (False, what it raised, described), on the caller thread."""
+    ok, value = call(session, function, *args, **kwargs)
+    return (True, value) if ok else (False, student_error(session, value, session.get("traceback_of")))
+
+
+def _kv_lab_count(session, value, what):
+    count = as_int(outcome(session, call(session, len, value)))
+    if count is None:
+        raise refused_type(f"len({what}) should be an int")
+    return count
+
+
+def op_kv_lab_step(session, msg):
+    """One step of the KV-utilisation lab (grader/kvlab/sandboxed.py, which decides everything:
+    this only makes the calls, in order, and reads back what they left).
+
+    Releases `release_first`; room for one more token for each of `decode`, stopping at the first
+    call that raises; then releases `release_after`, admits `admit` (a new Request each,
+    prefilled) up to the first that raises, and reads the free list's length and each kept or
+    admitted request's table length and seq_len (with `audit`, the lists).  A call that raises
+    ends the step there and is described; the judge decides what it means.
+    """
+    live = session["kv_lab"]  # request id -> its Request (this example's)
+    manager = _handle(session, msg.get("manager"))
+    release_first, decode, release_after = (_ints(msg.get(k), k) for k in ("release_first", "decode", "release_after"))
+    admit, keep = msg.get("admit"), _ints(msg.get("keep"), "keep")
+    if type(admit) is not list or not all(type(a) is list and len(a) == 2 and all(type(x) is int for x in a) for a in admit):
+        raise TypeError("admissions of the wrong form")
+    if any(r not in live for r in (*release_first, *decode, *release_after, *keep)):
+        raise LookupError("a request the lab never admitted")
+    reply = {"decoded": 0, "admitted": 0}
+
+    def failed(what, request, error):
+        reply["failed"] = {"call": what, "request": request, "error": error}
+        return reply
+
+    for request in release_first:
+        ok, error = _attempt(session, method("release_request", live.pop(request)), manager)
+        if not ok:
+            return failed("release_request", request, error)
+    for request in decode:
+        ok, error = _attempt(session, method("allocate_for_decode", live[request]), manager)
+        if not ok:
+            return failed("allocate_for_decode", request, error)
+        reply["decoded"] += 1
+    for request in release_after:
+        if request not in live:
+            raise LookupError("a request the lab never admitted")
+        ok, error = _attempt(session, method("release_request", live.pop(request)), manager)
+        if not ok:
+            return failed("release_request", request, error)
+    make = _contract(session, "Request")
+    admitted = []
+    for request, length in admit:
+        ok, req = _attempt(session, make, request_id=request, prompt_len=length)
+        if ok:
+            ok, error = _attempt(session, method("allocate_for_prefill", req), manager)
+        else:
+            error = req
+        if not ok:
+            reply["admit_stopped"] = {"request": request, "error": error}
+            break
+        live[request] = req
+        admitted.append(request)
+    reply["admitted"] = len(admitted)
+    try:
+        observed = [live[request] for request in keep] + [live[request] for request in admitted]
+        reply["free"] = _kv_lab_count(session, attribute(session, manager, "free_blocks"), "free_blocks")
+        tables = [attribute(session, req, "block_table") for req in observed]
+        reply["tables"] = [_kv_lab_count(session, table, "block_table") for table in tables]
+        reply["seqs"] = []
+        for req in observed:
+            seq_len = as_int(attribute(session, req, "seq_len"))
+            if seq_len is None:
+                raise refused_type("seq_len should be an int")
+            reply["seqs"].append(seq_len)
+        if msg.get("audit") is True:
+            reply["free_list"] = int_list(session, attribute(session, manager, "free_blocks"), "free_blocks")
+            reply["table_lists"] = [int_list(session, table, "block_table") for table in tables]
+    except BaseException as error:
+        return failed("reading free_blocks / block_table / seq_len", None, grader_error(error))
+    return reply
+
+
+OPERATIONS = {
+    "observe": op_observe, "reseed": op_reseed, "new": op_new, "ledger": op_ledger, "method": op_method,
+    "get_cache": op_get_cache, "attention": op_attention, "share_pool": op_share_pool, "set_pool": op_set_pool,
+    "edit_kept": op_edit_kept, "permute": op_permute, "place": op_place, "set_table": op_set_table,
+    "manager_meta": op_manager_meta, "request_meta": op_request_meta, "given_methods": op_given_methods,
+    "kv_lab_step": op_kv_lab_step,
+}
+
+
+# --- the state after a call -------------------------------------------------------------------------
+
+def _observed(session, read):
+    """{"ok": value} or {"error": ...}, as a caller reading the submission's objects would see them."""
+    try:
+        return {"ok": read()}
+    except BaseException as error:
+        return {"error": described(error) or grader_error(error)}
+
+
+def _shown_error(session, observed, value):
+    """An observation that failed on a value it got: the value shown (str() of it, on the caller thread)."""
+    if "error" in observed:
+        ok, shown = call(session, str, value)
+        observed["error"]["shown"] = shown[:200] if ok and type(shown) is str else "<unreadable>"
+    return observed
+
+
+def _observed_list(session, owner, name):
+    """A list of ints the submission keeps (the contract says list; the judge decides), with its container's kind."""
+    ok, value = call(session, getattr, owner, name)
+    if not ok:
+        return {"error": student_error(session, value, session.get("traceback_of"))}
+    observed = _observed(session, lambda: int_list(session, value, name))
+    if "ok" in observed:
+        observed["type"] = "list" if has_base(type(value), list) else TYPE_NAME(type(value))[:40]
+        return observed
+    return _shown_error(session, observed, value)
+
+
+def _seq_len(session, req):
+    ok, value = call(session, getattr, req, "seq_len")
+    if not ok:
+        return {"error": student_error(session, value, session.get("traceback_of"))}
+    number = as_int(value)
+    if number is not None:
+        return {"ok": number}
+    message = f"seq_len should be an int, got {TYPE_NAME(type(value))}"
+    return _shown_error(session, {"error": {"type": "TypeError", "message": message, "not_implemented": False, "rejected_return": False,
+                                            "isa": ["Exception", "TypeError"], "traceback": ""}}, value)
+
+
+def _read_at_once(session, manager, pool, requests):
+    """The allocator's state in two jobs (every attribute, then every list), as `snapshot` reads it
+    one call at a time; None when anything is not as a correct allocator leaves it (plain lists of
+    ints, an int length), and `snapshot` then reads it one call at a time, to say what."""
+    reads = [(manager, "free_blocks")] if manager is not None else []
+    if pool is not None:
+        reads.append((manager, "physical_kv_cache"))
+    first = len(reads)  # the requests' (seq_len, block_table) pairs start here
+    for req in requests.values():
+        reads += [(req, "seq_len"), (req, "block_table")]
+    plain = [plain_attribute(owner, name) for owner, name in reads]  # here, for a plain class: no job at all
+    values = tuple(v for _, v in plain) if all(ok for ok, _ in plain) else calls(session, *((getattr, o, n) for o, n in reads))
+    if values is None:
+        return None
+    listed = ([values[0]] if manager is not None else []) + [values[first + 2 * i + 1] for i in range(len(requests))]
+    seq_lens = [values[first + 2 * i] for i in range(len(requests))]
+    if not all(type(v) is list for v in listed) or not all(type(n) is int for n in seq_lens):
+        return None
+    items = [LIST_COPY(v) for v in listed]  # a plain list: copied here, nothing of the submission's runs
+    if not all(type(i) is int for lst in items for i in lst):
+        return None
+    state = {}
+    if manager is not None:
+        state["free_blocks"] = {"ok": items[0], "type": "list"}
+        if pool is not None:
+            state["pool"] = {"same": {"ok": values[1] is pool}}
+    tables = items[1:] if manager is not None else items
+    state["requests"] = {handle: {"seq_len": {"ok": n}, "block_table": {"ok": t, "type": "list"}}
+                         for handle, n, t in zip(requests, seq_lens, tables, strict=True)}
+    return state
+
+
+def snapshot(session, spec):
+    """The allocator's state as a caller reads it, and the kept results' digests, both read here."""
+    if type(spec) is not dict:
+        raise TypeError("a snapshot of the wrong form")
+    manager = _handle(session, spec["manager"]) if spec.get("manager") is not None else None
+    pool = session["pools"].get(spec.get("manager")) if manager is not None else None
+    asked = spec.get("requests", [])
+    requests = {str(h): _handle(session, h) for h in (asked if type(asked) is list else [])}
+    state = _read_at_once(session, manager, pool, requests) if manager is not None or requests else {"requests": {}}
+    if state is None:
+        state = _read_one_at_a_time(session, manager, pool, requests)
+    kept = spec.get("kept")
+    if kept is not None:
+        if type(kept) is not list:
+            raise TypeError("kept keys of the wrong form")
+        state["kept"] = [digest(session, session["kept"][key]) if type(key) is int and key in session["kept"] else None for key in kept]
+    return state
+
+
+def _read_one_at_a_time(session, manager, pool, requests):
+    state = {}
+    if manager is not None:
+        state["free_blocks"] = _observed_list(session, manager, "free_blocks")
+        if pool is not None:
+            state["pool"] = {"same": _observed(session, lambda: student_call(session, getattr, manager, "physical_kv_cache") is pool)}
+    state["requests"] = {handle: {"seq_len": _seq_len(session, req), "block_table": _observed_list(session, req, "block_table")}
+                         for handle, req in requests.items()}
+    return state
+
+
+# --- one request ------------------------------------------------------------------------------------
+
+def grader_error(error):
+    """An error of this code or of the judge's message (the submission's comes described)."""
+    found = described(error)
+    if found is not None:
+        return found
+    message = error.args[0] if error.args and type(error.args[0]) is str else ""
+    return {"type": TYPE_NAME(type(error)), "message": message[:500], "traceback": "", "isa": [], "not_implemented": False,
+            "rejected_return": False}
+
+
+def answer(session, msg):
+    """The reply to one request of the judge (plain data), with the denials recorded since the last."""
+    reply = {"id": msg.get("id")}
+    operation = OPERATIONS.get(msg.get("op")) if type(msg.get("op")) is str else None
+    try:
+        if operation is None:
+            raise LookupError("an unknown operation")
+        reply["value"] = operation(session, msg)
+        reply["ok"] = True
+    except BaseException as error:
+        reply["ok"] = False
+        reply["error"] = grader_error(error)
+    if msg.get("snapshot"):
+        try:
+            reply["state"] = snapshot(session, msg["snapshot"])
+        except BaseException as error:
+            reply["state_error"] = grader_error(error)
+    reply["tamper"] = new_events(session)
+    return reply
+
+
+def new_events(session):
+    """The denials recorded since the last frame: [what, detail, where, while the cells ran, in the grader thread]."""
+    records = recorded()
+    start = session["events_sent"]
+    session["events_sent"] = len(records)
+    return [[e[0], e[1], e[2], e[3] == session["zygote"], e[4]] for e in records[start:start + 50]]
+
+
+def new_session(ns, caller, seeds, traceback_of=None, zygote=-1):
+    """A session's state: its caller thread, the objects of its current example, what its calls
+    returned; `zygote`: the pid of the process the cells ran in (denials made there were made
+    while the cells ran)."""
+    return {"ns": ns, "caller": caller, "seeds": seeds, "traceback_of": traceback_of, "zygote": zygote, "handles": {}, "kept": {},
+            "pools": {}, "caches": {}, "maps": [], "grave": [], "kv_lab": {}, "sent": 0, "events_sent": 0, "sock": None}

@@ -1,0 +1,317 @@
+"""What Jupyter runs is what is graded: the value of a line that does not run while grading.
+
+Shell lines do not run while grading (grader/sandbox/shell.py): `x = !cmd` gives `[]` here and
+the command's output in Jupyter; `%sx`, `getoutput`, `!!`, `%%bash --out x` likewise, and
+`_exit_code` is 0 here whatever the command would have returned.  A notebook that only shows
+such a value is graded as Jupyter runs it; one whose definitions depend on it may take a path
+here that Jupyter does not take (the red team's notebook was all stubs in Jupyter, whose
+`if not x:` found a solution only while graded).
+
+This runs in the judge, on the cells as IPython compiles them (`Cell.python`), so nothing the
+submission runs can change it.  It follows, over the whole notebook, which names may hold
+such a value (assigned from one, from an expression that reads one, bound in a loop over one
+or under a test that reads one, an object a call handed one to) and which definitions read
+them (a function or class whose body reads one, a name bound from one).  It is an
+over-approximation by design: a value that could reach a definition counts as reaching it.
+What it reports:
+
+- every skipped line whose value is read, with where it is read (a note);
+- the TODOs whose definitions (the contract's names, and what they read, transitively) may
+  depend on one: their items get no points (`apply`), since no grading can say what Jupyter
+  would have computed.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+from grader.results import FAILED, PASSED, Failure, ItemResult, Text
+from grader.submission import Cell
+
+VALUE_MAGICS = frozenset({"sx", "system"})  # line magics whose value is a command's output
+SHELL_CELL_MAGICS = frozenset({"bash", "sh", "script", "perl", "ruby", "python", "python2", "python3", "pypy", "sx", "system", "!"})
+DISPLAYED = frozenset({"_", "__", "___", "Out", "_oh"})  # what a displayed value is kept as
+SHOWN_ONLY = frozenset({"print", "display", "pprint", "repr", "str", "len", "type", "format", "sorted", "list", "tuple", "bool", "int"})
+EVERYTHING = frozenset({"exec", "eval", "compile", "__import__", "runpy"})  # a call of one of these with such a value may bind any name
+NAMESPACES = frozenset({"globals", "locals", "vars"})  # globals()[k] = v, globals().update(...)
+CONTRACT = ("estimate_kv_cache_bytes", "Request", "KVCacheManager", "paged_attention")
+
+
+@dataclass
+class Source:
+    """A skipped line whose value a notebook can read: where, its text, and where it is read."""
+
+    cell: int
+    line: int
+    text: str
+    node: ast.AST | None  # the expression whose value it is (None: a name the line binds, `--out x`, `_exit_code`)
+    names: set[str] = field(default_factory=set)  # names it binds itself
+    reads: list[tuple[int, int]] = field(default_factory=list)
+    depends: set[str] = field(default_factory=set)  # contract names that may depend on it ("*": any)
+
+
+@dataclass
+class Finding:
+    sources: list[Source]  # those whose value is read
+
+    @property
+    def depends(self) -> list[str]:
+        names = set().union(*(s.depends for s in self.sources)) if self.sources else set()
+        return ["*"] if "*" in names else sorted(names)
+
+
+def _is_ipython_call(node: ast.AST, method: str) -> bool:
+    """`get_ipython().<method>(...)`."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == method
+        and isinstance(node.func.value, ast.Call)
+        and isinstance(node.func.value.func, ast.Name)
+        and node.func.value.func.id == "get_ipython"
+    )
+
+
+def _constant(node: ast.AST) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def _value_source(node: ast.AST) -> bool:
+    """An expression whose value is a command's output in Jupyter and empty while grading."""
+    if _is_ipython_call(node, "getoutput"):
+        return True
+    if _is_ipython_call(node, "run_line_magic") and node.args:  # type: ignore[attr-defined]
+        return _constant(node.args[0]) in VALUE_MAGICS  # type: ignore[attr-defined]
+    return False
+
+
+def _out_names(node: ast.AST) -> set[str]:
+    """`%%bash --out x --err y --proc p`: the names a shell cell magic binds."""
+    if not (_is_ipython_call(node, "run_cell_magic") and len(node.args) >= 2):  # type: ignore[attr-defined]
+        return set()
+    if _constant(node.args[0]) not in SHELL_CELL_MAGICS:  # type: ignore[attr-defined]
+        return set()
+    words = (_constant(node.args[1]) or "").split()  # type: ignore[attr-defined]
+    return {words[i + 1] for i, word in enumerate(words[:-1]) if word in ("--out", "--err", "--proc") and words[i + 1].isidentifier()}
+
+
+def _runs_shell(node: ast.AST) -> bool:
+    return _is_ipython_call(node, "system") or (_is_ipython_call(node, "run_cell_magic") and bool(node.args)  # type: ignore[attr-defined]
+                                                 and _constant(node.args[0]) in SHELL_CELL_MAGICS)  # type: ignore[attr-defined]
+
+
+def _loads(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _bound(node: ast.AST) -> set[str]:
+    """Names a statement binds in the notebook's namespace (assignments, loops, with, defs, classes,
+    imports; not the locals of the functions and classes it defines)."""
+    names: set[str] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            names.add(n.id)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(n.name)
+            continue
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in n.names)
+        stack.extend(ast.iter_child_nodes(n))
+    return names
+
+
+def _base_name(target: ast.AST) -> str | None:
+    while isinstance(target, (ast.Attribute, ast.Subscript, ast.Starred)):
+        target = target.value
+    return target.id if isinstance(target, ast.Name) else None
+
+
+def _statements(cells: list[Cell]) -> list[tuple[int, ast.stmt]]:
+    """The notebook's top-level statements, in order, with the cell of each (cells that do not parse left out)."""
+    out = []
+    for cell in cells:
+        try:
+            tree = ast.parse(cell.python or "")
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        out += [(cell.index, statement) for statement in tree.body]
+    return out
+
+
+def _sources(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) -> list[Source]:
+    lines = {cell.index: (cell.source or "").split("\n") for cell in cells}
+    found: list[Source] = []
+    shell: tuple[int, int] | None = None
+    for index, statement in statements:
+        for node in ast.walk(statement):
+            outs, line = _out_names(node), getattr(node, "lineno", 1)
+            text = lines[index][line - 1].strip() if 0 < line <= len(lines[index]) else ast.unparse(node)
+            if _value_source(node):
+                # A displayed value (`!!cmd` alone on a cell's last line) is kept as `_` and in Out.
+                shown = DISPLAYED if isinstance(statement, ast.Expr) and statement.value is node else set()
+                found.append(Source(index, line, text[:200], node, set(shown)))
+            elif outs:
+                found.append(Source(index, line, text[:200], None, outs))
+            if shell is None and _runs_shell(node):
+                shell = (index, line)
+    if shell is not None:
+        found.append(Source(shell[0], shell[1], "_exit_code", None, {"_exit_code"}))
+    return found
+
+
+def analyse(cells: list[Cell]) -> Finding:
+    """Which skipped lines' values are read, and which contract names may depend on each."""
+    statements = _statements(cells)
+    functions = {s.name: s for _, s in statements if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    read = []
+    for source in _sources(cells, statements):
+        tainted, everything = set(source.names), False
+        changed = True
+        while changed:  # a fixpoint: a name may be read before a later cell binds it (flow-insensitive)
+            changed = False
+            for _, statement in statements:
+                found, all_names = _taints(statement, source, tainted, functions)
+                everything |= all_names
+                if not found <= tainted:
+                    tainted |= found
+                    changed = True
+        source.reads = _reads(statements, source, _direct(statements, source))
+        if source.reads:
+            source.depends = {"*"} if everything else {name for name in CONTRACT if name in tainted}
+            read.append(source)
+    return Finding(read)
+
+
+def _tainting(expression: ast.AST | None, source: Source, tainted: set[str]) -> bool:
+    if expression is None:
+        return False
+    return any(n is source.node for n in ast.walk(expression)) or bool(_loads(expression) & tainted)
+
+
+def _taints(statement: ast.stmt, source: Source, tainted: set[str], functions: dict[str, ast.AST]) -> tuple[set[str], bool]:
+    """The names this statement may make hold the source's value, and whether it may bind any name (exec)."""
+    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        # A definition that reads such a name (or runs that line itself) may behave as Jupyter's would not.
+        return ({statement.name} if _tainting(statement, source, tainted) else set()), False
+    found: set[str] = set()
+    everything = False
+    for node in ast.walk(statement):
+        if isinstance(node, (ast.If, ast.While, ast.IfExp)) and _tainting(node.test, source, tainted):
+            found |= _bound(node)  # whatever is bound under such a test depends on it
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)) and _tainting(node.iter, source, tainted):
+            found |= _bound(node)
+        elif isinstance(node, (ast.With, ast.AsyncWith)) and any(_tainting(item.context_expr, source, tainted) for item in node.items):
+            found |= _bound(node)
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and _tainting(node.value, source, tainted):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            found |= {name for t in targets for name in (*_bound(t), _base_name(t)) if name}
+            everything |= any(_namespace(t) for t in targets)
+        elif isinstance(node, ast.NamedExpr) and _tainting(node.value, source, tainted):
+            found.add(node.target.id)
+        elif isinstance(node, ast.Call) and any(_tainting(arg, source, tainted) for arg in [*node.args, *(k.value for k in node.keywords)]):
+            function = node.func
+            if isinstance(function, ast.Name) and function.id in EVERYTHING or _namespace(function):
+                everything = True
+            elif isinstance(function, ast.Name) and function.id in ("setattr", "delattr") and node.args:
+                found.add(_base_name(node.args[0]) or "")  # setattr(KVCacheManager, name, value)
+            elif isinstance(function, ast.Attribute) and _base_name(function.value):
+                found.add(_base_name(function.value) or "")  # a method handed the value may keep it (x.append(v))
+            elif isinstance(function, ast.Name) and function.id in functions:
+                found |= {g for n in ast.walk(functions[function.id]) if isinstance(n, ast.Global) for g in n.names}
+    return found - {""}, everything
+
+
+def _direct(statements: list[tuple[int, ast.stmt]], source: Source) -> set[str]:
+    """The names the source's line binds its value to (what a later line reads it through)."""
+    names = set(source.names)
+    for _, statement in statements:
+        for node in ast.walk(statement):
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.NamedExpr)) and node.value is source.node:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names |= {name for t in targets for name in (*_bound(t), _base_name(t)) if name}
+    return names
+
+
+def _namespace(node: ast.AST) -> bool:
+    """An expression that writes into a namespace: `globals()[k]`, `vars(m).update`, `sys.modules[...]`."""
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        if isinstance(node, ast.Attribute) and node.attr == "modules" and _base_name(node.value) == "sys":
+            return True
+        node = node.value
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in NAMESPACES
+
+
+def _reads(statements: list[tuple[int, ast.stmt]], source: Source, tainted: set[str]) -> list[tuple[int, int]]:
+    """Where the source's value (or a name holding it) is read: not the bare line, nor its plain assignment."""
+    found: list[tuple[int, int]] = []
+    for index, statement in statements:
+        plain = isinstance(statement, (ast.Expr, ast.Assign)) and statement.value is source.node
+        for node in ast.walk(statement):
+            if (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in tainted) or (node is source.node and not plain):
+                where = (index, getattr(node, "lineno", 0))
+                if where not in found:
+                    found.append(where)
+    return found[:10]
+
+
+def notes(finding: Finding, todos: dict[str, tuple[str, ...]]) -> list[Text]:
+    """What the scorecard says: each skipped line whose value is read, and what depends on it."""
+    out = []
+    for source in finding.sources[:10]:
+        reads_zh = "、".join(f"第 {c} 个代码单元第 {line} 行" for c, line in source.reads)
+        reads_en = ", ".join(f"code cell {c}, line {line}" for c, line in source.reads)
+        out.append(Text(
+            f"第 {source.cell} 个代码单元第 {source.line} 行 `{source.text}` 在评分时不运行（Jupyter 中是命令的输出，这里为空），"
+            f"而它的值被读取（{reads_zh}）",
+            f"code cell {source.cell}, line {source.line}: `{source.text}` does not run while grading (its value is the command's output in "
+            f"Jupyter, empty here), and that value is read ({reads_en})",
+        ))
+    if finding.sources and not finding.depends:
+        out.append(Text("评分的定义都不依赖这些值：照常评分", "none of the graded definitions depends on those values: graded as usual"))
+    affected = affected_todos(finding, todos)
+    if affected:
+        names = "all of them (exec, globals() or setattr with such a value)" if finding.depends == ["*"] else ", ".join(finding.depends)
+        names_zh = "全部（exec、globals() 或 setattr 用了这样的值）" if finding.depends == ["*"] else ", ".join(finding.depends)
+        out.append(Text(
+            f"{names_zh} 的定义可能依赖评分时不运行的行的值：评分所走的路径未必是 Jupyter 所走的，{', '.join(affected)} 的项目不计分",
+            f"the definitions of {names} may depend on the value of a line that does not run while grading: what is graded may not be "
+            f"what Jupyter runs, so the items of {', '.join(affected)} get no points",
+        ))
+    return out
+
+
+def affected_todos(finding: Finding, todos: dict[str, tuple[str, ...]]) -> list[str]:
+    if not finding.depends:
+        return []
+    if finding.depends == ["*"]:
+        return sorted(todos)
+    return sorted(todo for todo, names in todos.items() if set(names) & set(finding.depends))
+
+
+def apply(items: list[ItemResult], finding: Finding, todos: dict[str, tuple[str, ...]]) -> list[ItemResult]:
+    """The items of the TODOs whose definitions may depend on a skipped line's value, failed."""
+    affected = set(affected_todos(finding, todos))
+    if not affected or not finding.sources:
+        return items
+    source = finding.sources[0]
+    out = []
+    for item in items:
+        if item.todo not in affected or item.status != PASSED:
+            out.append(item)
+            continue
+        failure = Failure(
+            "skipped_value",
+            Text(
+                f"本项不计分：定义依赖第 {source.cell} 个代码单元第 {source.line} 行 `{source.text}` 的值，该行在评分时不运行"
+                f"（Jupyter 中它是命令的输出）：无法评分 Jupyter 实际运行的代码",
+                f"no credit for this item: the definitions depend on the value of `{source.text}` (code cell {source.cell}, line {source.line}), "
+                f"which does not run while grading (in Jupyter it is the command's output): what Jupyter runs cannot be graded",
+            ),
+            actual=source.text,
+        )
+        out.append(ItemResult(item.id, item.todo, item.title, item.weight, FAILED, failure, item.examples, item.seconds,
+                              item.exercised, item.random_cases))
+    return out

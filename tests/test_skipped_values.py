@@ -1,0 +1,89 @@
+"""What Jupyter runs is what is graded (grader/skipped_values.py): a line that does not run while
+grading (`x = !cmd`, `%sx`, `!!`, `%%bash --out`, `_exit_code`) whose value the definitions may
+depend on costs the TODOs that depend on it; one whose value is only shown costs nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from grader import skipped_values
+from grader.checks import REQUIRED_NAMES
+from grader.results import FAILED, PASSED, ItemResult, Text
+from grader.submission import Cell, load_submission
+from tests.conftest import CORPUS
+
+
+def _todos(*cells: str) -> list[str]:
+    finding = skipped_values.analyse([Cell(i + 1, c) for i, c in enumerate(cells)])
+    return skipped_values.affected_todos(finding, REQUIRED_NAMES)
+
+
+def _read(*cells: str) -> list[tuple[str, list[tuple[int, int]]]]:
+    return [(s.text, s.reads) for s in skipped_values.analyse([Cell(i + 1, c) for i, c in enumerate(cells)]).sources]
+
+
+STUBS = "def paged_attention(q, k, v, b, s):\n    raise NotImplementedError"
+RIGHT = "def paged_attention(q, k, v, b, s):\n    return q"
+
+
+@pytest.mark.parametrize(
+    "cells, todos",
+    [
+        # the red team's notebook: the branch Jupyter takes holds only stubs
+        (("x = !echo hi", f"if not x:\n    {RIGHT.replace(chr(10), chr(10) + '    ')}\nelse:\n    {STUBS.replace(chr(10), chr(10) + '    ')}"), ["todo5"]),
+        (("x = !echo hi", "fast = bool(x)", "def paged_attention(q, k, v, b, s):\n    if fast:\n        raise NotImplementedError\n    return q"), ["todo5"]),
+        (("x = %sx echo hi", "table = {}", "table['k'] = x", "def estimate_kv_cache_bytes(*a):\n    return table"), ["todo1"]),
+        (("x = !ls", "kept = []", "kept.append(x)", "class KVCacheManager:\n    options = kept"), ["todo2", "todo3", "todo4"]),
+        (("!!echo hi", "mode = _", "class Request:\n    kind = mode"), ["todo2", "todo3", "todo4"]),
+        (("%%bash --out code\necho 'def paged_attention(*a): return a[0]'", "exec(code)"), ["todo1", "todo2", "todo3", "todo4", "todo5"]),
+        (("out = !cat solution.py", "globals().update({'paged_attention': out})"), ["todo1", "todo2", "todo3", "todo4", "todo5"]),
+        (("def paged_attention(q, k, v, b, s):\n    found = !nvidia-smi\n    return q if found else None",), ["todo5"]),
+        (("ready = [line for line in get_ipython().getoutput('ls') if line]", "if ready:\n    " + RIGHT.replace("\n", "\n    ")), ["todo5"]),
+    ],
+)
+def test_definitions_that_may_depend_on_a_skipped_value_cost_their_todo(cells: tuple[str, ...], todos: list[str]) -> None:
+    assert _todos(*cells) == todos
+
+
+@pytest.mark.parametrize(
+    "cells",
+    [
+        ("files = !ls", "print(len(files), 'files here')", RIGHT),
+        ("files = !ls", RIGHT),  # never read
+        ("!pip install tqdm", "!nvidia-smi", "%pip install pandas", RIGHT),  # skipped, nothing read
+        ("!make", "if _exit_code:\n    print('build failed')", RIGHT),
+        ("%%bash\nls -la", RIGHT),
+        ("gpu = !nvidia-smi -L", "display(gpu)", "for line in gpu:\n    print(line)", RIGHT),
+    ],
+)
+def test_a_skipped_value_only_shown_costs_nothing(cells: tuple[str, ...]) -> None:
+    assert _todos(*cells) == []
+
+
+def test_where_a_skipped_value_is_read_is_said() -> None:
+    assert _read("files = !ls", "print(len(files))") == [("files = !ls", [(2, 1)])]
+    assert _read("files = !ls", "x = 1") == []
+    assert _read("!make", "if _exit_code:\n    print('failed')") == [("_exit_code", [(2, 1)])]
+    assert _read("!!echo hi") == []  # displayed, nothing reads `_`
+
+
+def test_the_items_of_a_dependent_todo_get_no_points() -> None:
+    finding = skipped_values.analyse([Cell(1, "x = !echo hi"), Cell(2, f"if x:\n    pass\nelse:\n    {RIGHT.replace(chr(10), chr(10) + '    ')}")])
+    items = [ItemResult(i, i.split(".")[0], Text(i, i), 5, PASSED) for i in ("todo1.a", "todo5.b", "todo5.c")]
+    out = skipped_values.apply(items, finding, REQUIRED_NAMES)
+    assert [i.status for i in out] == [PASSED, FAILED, FAILED]
+    assert out[1].failure is not None and out[1].failure.kind == "skipped_value" and "x = !echo hi" in out[1].failure.message.en
+    notes = skipped_values.notes(finding, REQUIRED_NAMES)
+    assert notes and all(n.zh and n.en and n.zh != n.en for n in notes) and "todo5" in notes[-1].en
+
+
+@pytest.mark.parametrize("name", ["nb14_shell_installs_debuggers.ipynb", "rt_nb_capture_and_shell_assign.ipynb", "rt_nb_pip_matplotlib.ipynb",
+                                  "rt2_nb_writefile_raw_bash.ipynb"])
+def test_the_correct_notebooks_with_shell_lines_cost_nothing(name: str) -> None:
+    cells = load_submission(CORPUS / "correct" / name, 1 << 24).cells
+    assert skipped_values.affected_todos(skipped_values.analyse(cells), REQUIRED_NAMES) == []
+
+
+def test_the_red_team_notebook_costs_every_todo() -> None:
+    cells = load_submission(CORPUS / "gaming" / "rt9_nb_shell_value_stubs.ipynb", 1 << 24).cells
+    assert skipped_values.affected_todos(skipped_values.analyse(cells), REQUIRED_NAMES) == ["todo1", "todo2", "todo3", "todo4", "todo5"]
