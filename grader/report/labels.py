@@ -59,6 +59,7 @@ KINDS = {
     "grader_crash": ("评分进程出错", "the grading process failed"),
     "left_out": ("没有唯一的提交文件", "no single file to grade"),
     "no_submission": ("没有找到要评分的文件", "no file to grade found"),
+    "skipped_value": ("依赖评分时不运行的行的值", "depends on a line that grading skips"),
 }
 
 
