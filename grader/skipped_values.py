@@ -10,9 +10,19 @@ here that Jupyter does not take (the red team's notebook was all stubs in Jupyte
 This runs in the judge, on the cells as IPython compiles them (`Cell.python`), so nothing the
 submission runs can change it.  It follows, over the whole notebook, which names may hold
 such a value (assigned from one, from an expression that reads one, bound in a loop over one
-or under a test that reads one, an object a call handed one to) and which definitions read
+or under a test that reads one, in a `try` whose body reads one, an object a call handed one
+to, a later statement of a cell a statement reading one may stop) and which definitions read
 them (a function or class whose body reads one, a name bound from one).  It is an
 over-approximation by design: a value that could reach a definition counts as reaching it.
+
+A skipped command's effect on the files counts as a value it produced: `!touch marker` makes
+a file in Jupyter and none here, so `os.path.exists('marker')` is such a value too (red team
+10).  Any skipped command may write (installs too; its text is not parsed); every read of the
+file system (`open`, `os.path.exists`, `Path(...).read_text()`, `listdir`, `glob`, `stat`,
+`find_spec`, an `import` under `except ImportError`, ...) after the first such line, or in a
+function that may run after it, is read as that line's value.  Only the definitions that may
+depend on it are reported: a notebook that installs a package and reads its data files into
+what it only shows is graded as usual, without a note.
 What it reports:
 
 - every skipped line whose value is read, with where it is read (a note);
@@ -35,6 +45,21 @@ DISPLAYED = frozenset({"_", "__", "___", "Out", "_oh"})  # what a displayed valu
 SHOWN_ONLY = frozenset({"print", "display", "pprint", "repr", "str", "len", "type", "format", "sorted", "list", "tuple", "bool", "int"})
 EVERYTHING = frozenset({"exec", "eval", "compile", "__import__", "runpy"})  # a call of one of these with such a value may bind any name
 NAMESPACES = frozenset({"globals", "locals", "vars"})  # globals()[k] = v, globals().update(...)
+SHELL_LINE_MAGICS = frozenset({"sx", "system", "sc", "pip", "conda", "mamba", "micromamba", "uv"})  # skipped commands
+ALIASES = frozenset({"cat", "cp", "ldir", "lf", "lk", "ll", "ls", "lx", "man", "mkdir", "mv", "rm", "rmdir"})  # IPython's, run as shell
+SHELL_METHODS = frozenset({"system", "system_raw", "system_piped", "getoutput"})  # get_ipython()'s, however it is reached
+# Calls that read the file system (by the called name's last part: os.path.exists, Path(p).exists, exists).
+FILE_READS = frozenset({
+    "open", "exists", "lexists", "isfile", "isdir", "islink", "ismount", "listdir", "scandir", "walk", "glob", "iglob", "rglob",
+    "stat", "lstat", "access", "getsize", "getmtime", "getatime", "getctime", "samefile", "realpath", "readlink", "read_text",
+    "read_bytes", "is_file", "is_dir", "is_symlink", "iterdir", "load", "loadtxt", "genfromtxt", "fromfile", "read_csv",
+    "read_json", "read_pickle", "read_parquet", "spec_from_file_location", "find_spec", "import_module", "run_path", "getline",
+    "getlines",
+})
+SAFE_CALLS = SHOWN_ONLY | {"exists", "lexists", "isfile", "isdir", "islink", "ismount", "is_file", "is_dir", "is_symlink", "access",
+                            "Path", "join"}  # calls that do not raise on a missing file
+IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
+EXITS = frozenset({"exit", "quit", "_exit", "abort"})  # sys.exit(), os._exit(): no later cell runs
 CONTRACT = ("estimate_kv_cache_bytes", "Request", "KVCacheManager", "paged_attention")
 
 
@@ -49,6 +74,7 @@ class Source:
     names: set[str] = field(default_factory=set)  # names it binds itself
     reads: list[tuple[int, int]] = field(default_factory=list)
     depends: set[str] = field(default_factory=set)  # contract names that may depend on it ("*": any)
+    file_reads: set[int] | None = None  # a command's effect on the files: the reads of them (node ids) that may follow it
 
 
 @dataclass
@@ -147,7 +173,7 @@ def _sources(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) -> list[
     shell: tuple[int, int] | None = None
     for index, statement in statements:
         for node in ast.walk(statement):
-            outs, line = _out_names(node), getattr(node, "lineno", 1)
+            outs, line = _out_names(node) | _sc_names(node), getattr(node, "lineno", 1)
             text = lines[index][line - 1].strip() if 0 < line <= len(lines[index]) else ast.unparse(node)
             if _value_source(node):
                 # A displayed value (`!!cmd` alone on a cell's last line) is kept as `_` and in Out.
@@ -159,7 +185,93 @@ def _sources(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) -> list[
                 shell = (index, line)
     if shell is not None:
         found.append(Source(shell[0], shell[1], "_exit_code", None, {"_exit_code"}))
+    writer = _first_writer(cells, statements)
+    if writer is not None:
+        found.append(writer)
     return found
+
+
+def _sc_names(node: ast.AST) -> set[str]:
+    """`%sc -l x=cmd`: the name it binds to the command's output."""
+    if not (_is_ipython_call(node, "run_line_magic") and len(node.args) >= 2 and _constant(node.args[0]) == "sc"):  # type: ignore[attr-defined]
+        return set()
+    words = [w for w in (_constant(node.args[1]) or "").split() if not w.startswith("-")]  # type: ignore[attr-defined]
+    name = words[0].split("=")[0] if words and "=" in words[0] else ""
+    return {name} if name.isidentifier() else set()
+
+
+def _writes(node: ast.AST, aliases: set[str]) -> bool:
+    """A skipped line that runs a command, which in Jupyter may write files (any command: its text is not parsed)."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in SHELL_METHODS:
+        return True  # get_ipython().system(...), also through a name bound to the shell
+    if _runs_shell(node):
+        return True
+    return _is_ipython_call(node, "run_line_magic") and bool(node.args) and _constant(node.args[0]) in SHELL_LINE_MAGICS | aliases  # type: ignore[attr-defined]
+
+
+def _aliases(statements: list[tuple[int, ast.stmt]]) -> set[str]:
+    """IPython's aliases and those the notebook defines (`%alias t touch %s`): each runs a command."""
+    names = set(ALIASES)
+    for _, statement in statements:
+        for node in ast.walk(statement):
+            if _is_ipython_call(node, "run_line_magic") and len(node.args) >= 2 and _constant(node.args[0]) == "alias":  # type: ignore[attr-defined]
+                words = (_constant(node.args[1]) or "").split()  # type: ignore[attr-defined]
+                names |= {words[0]} if words else set()
+    return names
+
+
+def _scoped(statement: ast.stmt) -> list[tuple[ast.AST, bool]]:
+    """Each node of a statement, with whether it is inside a function (which may run at any later time)."""
+    out: list[tuple[ast.AST, bool]] = []
+    stack: list[tuple[ast.AST, bool]] = [(statement, False)]
+    while stack:
+        node, inside = stack.pop()
+        out.append((node, inside))
+        inner = inside or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        stack.extend((child, inner) for child in ast.iter_child_nodes(node))
+    return out
+
+
+def _reads_files(node: ast.AST) -> bool:
+    if isinstance(node, ast.Call):
+        function = node.func
+        name = function.id if isinstance(function, ast.Name) else function.attr if isinstance(function, ast.Attribute) else ""
+        return name in FILE_READS
+    if isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))):  # `try: import marker` / `except ImportError:`
+        caught = {n.id if isinstance(n, ast.Name) else n.attr for h in node.handlers if h.type is not None
+                  for n in ast.walk(h.type) if isinstance(n, (ast.Name, ast.Attribute))}
+        bare = any(h.type is None for h in node.handlers)
+        return (bare or bool(caught & IMPORT_ERRORS)) and any(isinstance(n, (ast.Import, ast.ImportFrom)) for b in node.body for n in ast.walk(b))
+    return False
+
+
+def _first_writer(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) -> Source | None:
+    """The first skipped line that may write files, with the reads of the file system that may come after it."""
+    aliases = _aliases(statements)
+    lines = {cell.index: (cell.source or "").split("\n") for cell in cells}
+    parsed = {index for index, _ in statements}
+    at: tuple[int, int, str, bool] | None = None  # (ordinal of its statement, line, text, inside a function)
+    cell_of = 0
+    for ordinal, (index, statement) in enumerate(statements):
+        for node, inside in _scoped(statement):
+            if _writes(node, aliases):
+                line = getattr(node, "lineno", 1)
+                text = lines[index][line - 1].strip() if 0 < line <= len(lines[index]) else ast.unparse(node)
+                at, cell_of = (ordinal, line, text, inside), index
+                break
+        if at is not None:
+            break
+    for cell in cells:  # a cell IPython runs with automagic (`mkdir marker` alone): not Python, not seen above
+        words = (cell.source or "").split()
+        if cell.index not in parsed and words and words[0].lstrip("%") in aliases and (at is None or cell.index < cell_of):
+            ordinal = sum(1 for index, _ in statements if index < cell.index)
+            at, cell_of = (ordinal, 1, (cell.source or "").strip().split("\n")[0], False), cell.index
+    if at is None:
+        return None
+    ordinal, line, text, inside = at
+    reads = {id(node) for position, (_, statement) in enumerate(statements) for node, nested in _scoped(statement)
+             if _reads_files(node) and (inside or nested or position >= ordinal)}
+    return Source(cell_of, line, text[:200], None, file_reads=reads)
 
 
 def analyse(cells: list[Cell]) -> Finding:
@@ -172,8 +284,9 @@ def analyse(cells: list[Cell]) -> Finding:
         changed = True
         while changed:  # a fixpoint: a name may be read before a later cell binds it (flow-insensitive)
             changed = False
-            for _, statement in statements:
+            for position, (_, statement) in enumerate(statements):
                 found, all_names = _taints(statement, source, tainted, functions)
+                found |= _stopped(statements, position, source, tainted)
                 everything |= all_names
                 if not found <= tainted:
                     tainted |= found
@@ -181,14 +294,78 @@ def analyse(cells: list[Cell]) -> Finding:
         source.reads = _reads(statements, source, _direct(statements, source))
         if source.reads:
             source.depends = {"*"} if everything else {name for name in CONTRACT if name in tainted}
-            read.append(source)
+            if source.file_reads is None or source.depends:  # reads of files only shown or used elsewhere: not worth a note
+                read.append(source)
     return Finding(read)
+
+
+def _stopped(statements: list[tuple[int, ast.stmt]], position: int, source: Source, tainted: set[str]) -> set[str]:
+    """What the later statements of a cell bind, when a statement that reads such a value may stop the cell (an
+    `assert`, `x[0]` of an empty list, `open` of a missing file); every later cell's, when it may stop them all (`sys.exit`)."""
+    index, statement = statements[position]
+    if not _may_stop(statement, source, tainted):
+        return set()
+    exits = any(isinstance(n, ast.Call) and (isinstance(n.func, ast.Name) and n.func.id in EXITS or isinstance(n.func, ast.Attribute)
+                                              and n.func.attr in EXITS) or isinstance(n, ast.Raise) and n.exc is not None
+                and "SystemExit" in ast.unparse(n.exc) for n in ast.walk(statement))
+    later = statements[position + 1:]
+    return {name for i, s in later if exits or i == index for name in _bound(s)}
+
+
+def _may_stop(statement: ast.stmt, source: Source, tainted: set[str]) -> bool:
+    """Whether a statement may raise (or exit) depending on such a value: it computes with one, or raises under a test of one."""
+    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Import, ast.ImportFrom)) or _only_shown(statement):
+        return False
+    if isinstance(statement, (ast.Expr, ast.Assign)) and statement.value is source.node:
+        return False  # the skipped line itself gives its empty value without raising
+    headers: list[ast.AST] = []
+    if isinstance(statement, (ast.If, ast.While)):
+        headers = [statement.test]
+    elif isinstance(statement, (ast.For, ast.AsyncFor)):
+        headers = [statement.iter]
+    elif isinstance(statement, (ast.With, ast.AsyncWith)):
+        headers = [item.context_expr for item in statement.items]
+    elif not isinstance(statement, (ast.Try, getattr(ast, "TryStar", ast.Try))):
+        return _tainting(statement, source, tainted)
+    body = [s for field in ("body", "orelse", "finalbody") for s in getattr(statement, field, [])]
+    body += [s for handler in getattr(statement, "handlers", []) for s in handler.body]
+    if any(_may_stop(s, source, tainted) for s in body):
+        return True
+    if not any(_tainting(h, source, tainted) for h in headers):
+        return isinstance(statement, ast.Try) and _reads_files(statement) and _tainting(statement, source, tainted)
+    stops = any(isinstance(n, (ast.Raise, ast.Assert)) or isinstance(n, ast.Call) and _called(n) in EXITS for s in body for n in ast.walk(s))
+    return stops or not all(_safe(h) for h in headers)
+
+
+def _called(call: ast.Call) -> str:
+    return call.func.id if isinstance(call.func, ast.Name) else call.func.attr if isinstance(call.func, ast.Attribute) else ""
+
+
+def _safe(node: ast.AST) -> bool:
+    """An expression that does not raise on an empty value or a missing file (`not x`, `len(x) > 0`, `os.path.exists(p)`)."""
+    if isinstance(node, (ast.Name, ast.Constant)):
+        return True
+    if isinstance(node, ast.Attribute):
+        return _safe(node.value)
+    if isinstance(node, (ast.BoolOp, ast.UnaryOp, ast.Compare)):
+        return all(_safe(n) for n in ast.iter_child_nodes(node) if isinstance(n, ast.expr))
+    return isinstance(node, ast.Call) and _called(node) in SAFE_CALLS and all(_safe(a) for a in node.args) and not node.keywords
+
+
+def _only_shown(statement: ast.stmt) -> bool:
+    """`print(files)`, `display(len(gpu))`: a statement that only shows names (it does not raise on an empty value)."""
+    def shown(node: ast.AST) -> bool:
+        return isinstance(node, (ast.Name, ast.Constant)) or (
+            isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in SHOWN_ONLY
+            and all(shown(a) for a in node.args) and not node.keywords)
+    return isinstance(statement, ast.Expr) and shown(statement.value)
 
 
 def _tainting(expression: ast.AST | None, source: Source, tainted: set[str]) -> bool:
     if expression is None:
         return False
-    return any(n is source.node for n in ast.walk(expression)) or bool(_loads(expression) & tainted)
+    reads = source.file_reads or set()
+    return any(n is source.node or id(n) in reads for n in ast.walk(expression)) or bool(_loads(expression) & tainted)
 
 
 def _taints(statement: ast.stmt, source: Source, tainted: set[str], functions: dict[str, ast.AST]) -> tuple[set[str], bool]:
@@ -203,6 +380,9 @@ def _taints(statement: ast.stmt, source: Source, tainted: set[str], functions: d
             found |= _bound(node)  # whatever is bound under such a test depends on it
         elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)) and _tainting(node.iter, source, tainted):
             found |= _bound(node)
+        elif isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))) and (
+                any(_tainting(b, source, tainted) for b in node.body) or _tainting(node, source, tainted) and _reads_files(node)):
+            found |= _bound(node)  # whether the body raised (`x[0]` of an empty list, a missing file) picks what is bound
         elif isinstance(node, (ast.With, ast.AsyncWith)) and any(_tainting(item.context_expr, source, tainted) for item in node.items):
             found |= _bound(node)
         elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and _tainting(node.value, source, tainted):
@@ -250,7 +430,7 @@ def _reads(statements: list[tuple[int, ast.stmt]], source: Source, tainted: set[
     for index, statement in statements:
         plain = isinstance(statement, (ast.Expr, ast.Assign)) and statement.value is source.node
         for node in ast.walk(statement):
-            if (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in tainted) or (node is source.node and not plain):
+            if id(node) in (source.file_reads or set()) or (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in tainted) or (node is source.node and not plain):
                 where = (index, getattr(node, "lineno", 0))
                 if where not in found:
                     found.append(where)
@@ -263,6 +443,14 @@ def notes(finding: Finding, todos: dict[str, tuple[str, ...]]) -> list[Text]:
     for source in finding.sources[:10]:
         reads_zh = "、".join(f"第 {c} 个代码单元第 {line} 行" for c, line in source.reads)
         reads_en = ", ".join(f"code cell {c}, line {line}" for c, line in source.reads)
+        if source.file_reads is not None:
+            out.append(Text(
+                f"第 {source.cell} 个代码单元第 {source.line} 行 `{source.text}` 在评分时不运行（Jupyter 中它可能写文件，这里不写），"
+                f"而之后读取了文件系统（{reads_zh}）",
+                f"code cell {source.cell}, line {source.line}: `{source.text}` does not run while grading (in Jupyter it may write files, "
+                f"here it writes none), and the file system is read after it ({reads_en})",
+            ))
+            continue
         out.append(Text(
             f"第 {source.cell} 个代码单元第 {source.line} 行 `{source.text}` 在评分时不运行（Jupyter 中是命令的输出，这里为空），"
             f"而它的值被读取（{reads_zh}）",
@@ -276,8 +464,9 @@ def notes(finding: Finding, todos: dict[str, tuple[str, ...]]) -> list[Text]:
         names = "all of them (exec, globals() or setattr with such a value)" if finding.depends == ["*"] else ", ".join(finding.depends)
         names_zh = "全部（exec、globals() 或 setattr 用了这样的值）" if finding.depends == ["*"] else ", ".join(finding.depends)
         out.append(Text(
-            f"{names_zh} 的定义可能依赖评分时不运行的行的值：评分所走的路径未必是 Jupyter 所走的，{', '.join(affected)} 的项目不计分",
-            f"the definitions of {names} may depend on the value of a line that does not run while grading: what is graded may not be "
+            f"{names_zh} 的定义可能依赖评分时不运行的行的值（或它写下的文件）：评分所走的路径未必是 Jupyter 所走的，{', '.join(affected)} 的项目不计分",
+            f"the definitions of {names} may depend on the value of a line that does not run while grading (or on the files it may "
+            f"have written): what is graded may not be "
             f"what Jupyter runs, so the items of {', '.join(affected)} get no points",
         ))
     return out
@@ -297,6 +486,9 @@ def apply(items: list[ItemResult], finding: Finding, todos: dict[str, tuple[str,
     if not affected or not finding.sources:
         return items
     source = finding.sources[0]
+    what_zh, what_en = "的值", "the value of"
+    if source.file_reads is not None:
+        what_zh, what_en = "可能写下的文件", "the files written by"
     out = []
     for item in items:
         if item.todo not in affected or item.status != PASSED:
@@ -305,10 +497,10 @@ def apply(items: list[ItemResult], finding: Finding, todos: dict[str, tuple[str,
         failure = Failure(
             "skipped_value",
             Text(
-                f"本项不计分：定义依赖第 {source.cell} 个代码单元第 {source.line} 行 `{source.text}` 的值，该行在评分时不运行"
-                f"（Jupyter 中它是命令的输出）：无法评分 Jupyter 实际运行的代码",
-                f"no credit for this item: the definitions depend on the value of `{source.text}` (code cell {source.cell}, line {source.line}), "
-                f"which does not run while grading (in Jupyter it is the command's output): what Jupyter runs cannot be graded",
+                f"本项不计分：定义依赖第 {source.cell} 个代码单元第 {source.line} 行 `{source.text}` {what_zh}，该行在评分时不运行"
+                f"（Jupyter 中它会运行）：无法评分 Jupyter 实际运行的代码",
+                f"no credit for this item: the definitions depend on {what_en} `{source.text}` (code cell {source.cell}, line {source.line}), "
+                f"which does not run while grading (in Jupyter it does): what Jupyter runs cannot be graded",
             ),
             actual=source.text,
         )

@@ -87,3 +87,56 @@ def test_the_correct_notebooks_with_shell_lines_cost_nothing(name: str) -> None:
 def test_the_red_team_notebook_costs_every_todo() -> None:
     cells = load_submission(CORPUS / "gaming" / "rt9_nb_shell_value_stubs.ipynb", 1 << 24).cells
     assert skipped_values.affected_todos(skipped_values.analyse(cells), REQUIRED_NAMES) == ["todo1", "todo2", "todo3", "todo4", "todo5"]
+
+
+def _branch(test: str, then: str, otherwise: str) -> str:
+    return f"if {test}:\n    {then.replace(chr(10), chr(10) + '    ')}\nelse:\n    {otherwise.replace(chr(10), chr(10) + '    ')}"
+
+
+@pytest.mark.parametrize(
+    "cells",
+    [
+        # red team 10: a marker file written by a line that runs in Jupyter only picks the stubs there
+        ("import os", "!touch .done", _branch("not os.path.exists('.done')", RIGHT, STUBS)),
+        ("%%bash\necho x > flag.txt", "from pathlib import Path", _branch("Path('flag.txt').is_file()", STUBS, RIGHT)),
+        ("mkdir marker", "import os", _branch("os.path.isdir('marker')", STUBS, RIGHT)),  # an alias run by automagic
+        ("!echo 1 > f", f"try:\n    open('f').read()\n    {STUBS.replace(chr(10), chr(10) + '    ')}\nexcept OSError:\n    {RIGHT.replace(chr(10), chr(10) + '    ')}"),
+        ("!echo 'x = 1' > marker.py", f"try:\n    import marker\n    {STUBS.replace(chr(10), chr(10) + '    ')}\nexcept ImportError:\n    {RIGHT.replace(chr(10), chr(10) + '    ')}"),
+        (STUBS, "!touch m", f"import os\nassert not os.path.exists('m')\n{RIGHT}"),  # the assert stops the cell in Jupyter
+        ("!touch m", "import os\ndef paged_attention(q, k, v, b, s):\n    if os.path.exists('m'):\n        raise NotImplementedError\n    return q"),
+        ("%alias mark touch %s", "mark m", "import glob", _branch("not glob.glob('m')", RIGHT, STUBS)),
+        ("x = !echo hi", f"try:\n    x[0]\n    {STUBS.replace(chr(10), chr(10) + '    ')}\nexcept IndexError:\n    {RIGHT.replace(chr(10), chr(10) + '    ')}"),
+        ("%sc -l x=echo hi", _branch("not x", RIGHT, STUBS)),
+    ],
+)
+def test_definitions_that_may_depend_on_files_a_skipped_line_writes_cost_their_todo(cells: tuple[str, ...]) -> None:
+    assert _todos(*cells) == ["todo5"]
+
+
+@pytest.mark.parametrize(
+    "cells",
+    [
+        ("!pip install tqdm", "!nvidia-smi", "%pip install pandas", RIGHT),  # writers, but no definition reads a file
+        ("import json\nsizes = json.load(open('sizes.json'))", "def paged_attention(q, k, v, b, s):\n    return q * sizes['x']"),  # no writer
+        ("import json\nsizes = json.load(open('sizes.json'))", "!pip install tqdm", "def paged_attention(q, k, v, b, s):\n    return q * sizes['x']"),
+        ("!nvidia-smi", "import json\nprint(json.load(open('sizes.json')))", RIGHT),  # read, only shown
+        ("files = !ls\nprint(len(files))\n" + RIGHT,),
+    ],
+)
+def test_files_no_skipped_line_writes_into_a_definition_cost_nothing(cells: tuple[str, ...]) -> None:
+    assert _todos(*cells) == []
+
+
+def test_the_files_a_skipped_line_may_write_are_said() -> None:
+    cells = [Cell(1, "import os"), Cell(2, "!touch .done"), Cell(3, _branch("not os.path.exists('.done')", RIGHT, STUBS))]
+    finding = skipped_values.analyse(cells)
+    assert [(s.text, s.reads) for s in finding.sources] == [("!touch .done", [(3, 1)])]
+    items = skipped_values.apply([ItemResult("todo5.a", "todo5", Text("a", "a"), 5, PASSED)], finding, REQUIRED_NAMES)
+    assert items[0].failure is not None and items[0].failure.kind == "skipped_value"
+    assert "the files written by `!touch .done`" in items[0].failure.message.en
+    assert "may write files" in skipped_values.notes(finding, REQUIRED_NAMES)[0].en
+
+
+def test_the_side_effect_notebook_costs_every_todo() -> None:
+    cells = load_submission(CORPUS / "gaming" / "rt10_nb_shell_side_effect_file.ipynb", 1 << 24).cells
+    assert skipped_values.affected_todos(skipped_values.analyse(cells), REQUIRED_NAMES) == ["todo1", "todo2", "todo3", "todo4", "todo5"]
