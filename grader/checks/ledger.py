@@ -75,6 +75,9 @@ EDITED_CALLS: tuple[tuple[tuple[dict[str, int], str], ...], ...] = (
     (CORNERS[2], CORNERS[5], CORNERS[2]),
     (CORNERS[3], (CORNERS[3][0], "keyword")),
 )
+# Only the second of two equal calls edited, the first compared after a third: one dict handed
+# to both (a cache that hands its dict out again until a caller edits it) shows.
+EDITED_SECOND = ((CORNERS[1], CORNERS[1], CORNERS[3]), frozenset({2}))
 
 
 def expected(d: dict[str, int], style: str) -> dict[str, int]:
@@ -100,33 +103,41 @@ def call_text(d: dict[str, int], style: str) -> str:
 FIELDS_OF = {"todo1.per_token": ("kv_bytes_per_token",), "todo1.per_block_and_total": ("kv_bytes_per_block", "total_cache_bytes")}
 
 
-def check_calls(ctx: ItemContext, calls: tuple[tuple[dict[str, int], str], ...], edit: bool = False) -> None:
+def check_calls(ctx: ItemContext, calls: tuple[tuple[dict[str, int], str], ...], edit: bool | frozenset[int] = False) -> None:
     """One to four calls in one process; each field is checked for the item it belongs to (every
     item in a survey), and what a call returned must not change when the function is called again.
-    `edit`: the caller zeroes each result but the last (its own to change) before the next call."""
+    `edit`: the caller zeroes each result but the last (its own to change) before the next call,
+    or those of the calls numbered (from 1) in it; what it left there must not change either."""
     script = ctx.begin(lambda c: check_calls(c, calls, edit))
     several = len(calls) > 1
     if several:
         script.add("import copy")
     edited: list[int] = []
     for number, (d, style) in enumerate(calls, start=1):
-        editing = edit and number < len(calls)
-        changed = _check_call(ctx, script, d, style, number if several else 0, save=not editing)
+        editing = number in edit if isinstance(edit, frozenset) else edit and number < len(calls)
+        changed, reading = _check_call(ctx, script, d, style, number if several else 0, save=not editing)
         if changed:
             _earlier_changed(ctx, script, number, edited, changed)
             return
         if editing:
             key = ctx.kept.last()
-            script.add("for name in ledger: ledger[name] = 0", "the caller's to change: later calls must not see it",
-                       "返回值属于调用者，可以修改：之后的调用不应受影响")
+            script.add("for name in ledger: ledger[name] = 0", "the caller's to change: later calls must neither see nor undo it",
+                       "返回值属于调用者，可以修改：之后的调用既不应受影响，也不能把它改回去")
+            zeroed = _zeroed(reading)
             ctx.kept.forget(key)
             if not ctx.call("edit_kept", key=key).ok:
                 return  # the result cannot be changed as a dict: nothing to see
-            edited.append(number)
+            if zeroed is not None:  # what the caller left in it: a later call must not change that either
+                ctx.kept.add(key, plain_digest(zeroed), f"call {number}")
+                script.add(f"ledger{number}, saved{number} = ledger, copy.deepcopy(ledger)", "what the caller left in it, and a copy",
+                           "调用者改过的返回值及其副本")
+            else:
+                edited.append(number)
 
 
-def _check_call(ctx: ItemContext, script: Script, d: dict[str, int], style: str, number: int, save: bool = True) -> list[str]:
-    """One call, its fields checked; the earlier results of the example it changed (frame)."""
+def _check_call(ctx: ItemContext, script: Script, d: dict[str, int], style: str, number: int, save: bool = True) -> tuple[list[str], Any]:
+    """One call, its fields checked; the earlier results of the example it changed (frame), and
+    the result as the judge received it."""
     comment = ("dtype_bytes left to its default, 2", "dtype_bytes 使用默认值 2") if style == "default_dtype" else ("", "")
     script.add(call_text(d, style), *comment)
     key, asked = ctx.kept.key(), ctx.kept.spec()
@@ -155,26 +166,39 @@ def _check_call(ctx: ItemContext, script: Script, d: dict[str, int], style: str,
         raise ctx.fail("wrong", zh, en, expected=expected_text, actual=actual)
     if number and save:
         script.add(f"ledger{number}, saved{number} = ledger, copy.deepcopy(ledger)", "what this call returned, and a copy", "这次调用的返回值及其副本")
-    return changed
+    return changed, reply.value
+
+
+def _zeroed(reading: Any) -> dict[str, Any] | None:
+    """A returned dict as the caller leaves it after `for name in ledger: ledger[name] = 0` (what
+    `edit_kept` does), in the form the judge received it; None when the judge cannot say (a key that
+    is not a plain str: the edit may skip it)."""
+    pairs = reading.get("__dict__") if isinstance(reading, dict) else None
+    if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) for p in pairs):
+        return None
+    return {"__dict__": [[name, 0] for name, _ in pairs]}
 
 
 def _earlier_changed(ctx: ItemContext, script: Script, number: int, edited: list[int], changed: list[str]) -> None:
     """A later call changed the dict an earlier one returned (one dict used again): the result
     belongs to the caller, so every field of it is wrong from then on."""
-    zh = "再次调用 estimate_kv_cache_bytes 改变了之前返回的 dict（每次都返回同一个对象？返回值属于调用者）"
-    en = "calling estimate_kv_cache_bytes again changed the dict an earlier call returned (the same object returned each time? a result belongs to its caller)"
+    zh = "再次调用 estimate_kv_cache_bytes 改变了之前返回的 dict，或把调用者对它的修改改了回去（每次都返回同一个对象？返回值属于调用者）"
+    en = ("calling estimate_kv_cache_bytes again changed the dict an earlier call returned, or undid the caller's change to it"
+          " (the same object returned each time? a result belongs to its caller)")
     for item in FIELDS_OF:
         if not ctx.focused(item):
             ctx.record(item, zh, en)
     if ctx.focus in FIELDS_OF:
         saved = [k for k in range(1, number) if k not in edited]
         checks = " and ".join(f"ledger{k} == saved{k}" for k in saved)
-        first = saved[0] if saved else 1
-        script.expect(checks, f"an earlier result changed: now {{ledger{first}}}, returned as {{saved{first}}}",
-                      f"之前的返回值被改变：现在 {{ledger{first}}}，返回时 {{saved{first}}}")
+        numbers = [int(label.removeprefix("call ")) for label in changed if label.removeprefix("call ").isdigit()]
+        first = next((k for k in numbers if k in saved), saved[0] if saved else 1)
+        script.expect(checks, f"an earlier result changed: now {{ledger{first}}}, was {{saved{first}}}",
+                      f"之前的返回值被改变：现在 {{ledger{first}}}，之前 {{saved{first}}}")
         calls = [label.removeprefix("call ") for label in changed][:4]  # the labels kept: "call 1", ...
         raise ctx.fail("wrong", zh, en,
-                       expected=Text(f"第 {'、'.join(calls)} 次调用的返回值不变", f"what call {', '.join(calls)} returned unchanged"),
+                       expected=Text(f"第 {'、'.join(calls)} 次调用的返回值（或调用者改过后的样子）不变",
+                                     f"what call {', '.join(calls)} returned (or the caller left in it) unchanged"),
                        actual=Text(f"第 {number} 次调用改变了第 {'、'.join(calls)} 次调用的返回值", f"call {number} changed what call {', '.join(calls)} returned"))
 
 
@@ -215,7 +239,8 @@ def plan(run: ItemContext) -> tuple[list[Callable[[], None]], Explore]:
 
     corners = [lambda calls=calls: check_calls(run, calls) for calls in CORNER_CALLS]
     edited = [lambda calls=calls: check_calls(run, calls, edit=True) for calls in EDITED_CALLS]
-    return [*corners, *edited], explore
+    second = [lambda: check_calls(run, EDITED_SECOND[0], edit=EDITED_SECOND[1])]
+    return [*corners, *edited, *second], explore
 
 
 def check_ledger(ctx: ItemContext) -> Failure | None:

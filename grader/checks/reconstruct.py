@@ -77,10 +77,14 @@ def run_example(ctx: ItemContext, ex: Example, script: Script, count: bool = Tru
             write += 1
             script.add(f"fill({write})", "the pool is written again", "池被重新写入")
             cache.set(table, seq_len, write)
+            if (problem := cache.kept_after_write(reads)) is not None:
+                return problem
         elif kind == "rebind":
             write += 1
             script.add(f"m.physical_kv_cache = torch.zeros_like(m.physical_kv_cache); fill({write})", "a new pool tensor", "换成一个新的池张量")
             cache.set(table, seq_len, write, rebind=True)
+            if (problem := cache.kept_after_write(reads)) is not None:
+                return problem
         elif kind == "grow":
             seq_len += n
             held = set(table)
@@ -88,6 +92,8 @@ def run_example(ctx: ItemContext, ex: Example, script: Script, count: bool = Tru
             table += grown
             script.add(f"r.block_table += {grown}; r.seq_len = {seq_len}; fill({write})", "the request grows, as decode grows it", "请求增长（如 decode）")
             cache.set(table, seq_len, write)
+            if (problem := cache.kept_after_write(reads)) is not None:
+                return problem
         else:
             script.add("out = m.get_physical_cache(r)")
             problem = _read(ctx, cache, table, seq_len, write, reads)
@@ -128,6 +134,16 @@ class _Cache:
             reply = self.ctx.call("set_pool", manager=self.manager, tensor=Array(data, "float32").payload(), rebind=rebind)
         if not reply.ok:
             raise student_error(self.ctx, reply, "setting up the pool", LABEL)
+
+    def kept_after_write(self, index: int) -> Problem | None:
+        """The earlier results right after the pool was written, before any more of the submission's
+        code runs (a later call could point a view it handed out elsewhere): a write of the pool
+        must not have changed them.  The digests are read with torch's C functions only."""
+        asked = self.ctx.kept.spec()
+        if not asked:
+            return None
+        reply = self.ctx.call("observe", snapshot={"kept": asked})
+        return self.earlier_results(self.ctx.kept.changed_in(reply.state, asked), index)
 
     def frame(self, table: list[int], seq_len: int, state: dict | None, index: int) -> Problem | None:
         """After a read: the pool, its identity, the request's table and length all as they were."""
