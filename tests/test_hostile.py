@@ -183,8 +183,10 @@ EXPECT: dict[str, Expect] = {
     # tests/test_term_secret.py: it found the planted secret and read nothing (its walk takes a few seconds)
     "secret_hunt.py": Expect(limits={"cell_timeout_s": 30, "total_budget_s": 120}, seconds=60),
     # Each holds or listens for 35-45 s (tests/test_kernel_objects.py grades them side by side).
-    "collude_kernel_sender.py": Expect(limits={"cell_timeout_s": 60, "total_budget_s": 120}, seconds=100),
-    "collude_kernel_receiver.py": Expect(failed=fail(TODO["todo5"], "not_implemented"), limits={"cell_timeout_s": 60, "total_budget_s": 120}, seconds=100),
+    # Their ctypes syscalls (flock, vsock, ...) are denied by the audit hook before seccomp sees them: listed as tampering.
+    "collude_kernel_sender.py": Expect(limits={"cell_timeout_s": 60, "total_budget_s": 120}, seconds=100, tampered=("memory",)),
+    "collude_kernel_receiver.py": Expect(failed=fail(TODO["todo5"], "not_implemented"), limits={"cell_timeout_s": 60, "total_budget_s": 120}, seconds=100,
+                                         tampered=("memory",)),
     "cpu_hog.py": Expect(unchecked=True, limits={"cell_timeout_s": 60}, seconds=90),
     "disk_filler.py": Expect(),
     # Red team 9: the grader's worker-side observers (issue 19), each hunted for by every route Python
@@ -436,7 +438,9 @@ def test_hostile_case(name: str) -> None:
     for index, cell in cells.items():
         if index not in expect.cells:
             assert cell.status == "ok", cell
-    assert run.seconds < expect.seconds, f"{name} took {run.seconds:.1f} s"
+    # Under ./run-tests two test files grade side by side on the cores (pytest-xdist): twice the bound.
+    bound = expect.seconds * (2 if os.environ.get("PYTEST_XDIST_WORKER") else 1)
+    assert run.seconds < bound, f"{name} took {run.seconds:.1f} s"
     assert run.leftovers == [], f"still running after grading: {run.leftovers}"
     assert run.children == [], f"children of the judge left behind: {run.children}"
     assert run.private_dirs == [], f"left in the temporary directory: {run.private_dirs}"

@@ -226,6 +226,10 @@ BLOCK_SIZES = st.one_of(
 # head_dim up to 256.  The pool tensor stays under POOL_SLOTS values (num_blocks and head_dim
 # are cut down where a large block size would pass it); far_programs go further.
 NUM_BLOCKS = st.one_of(st.integers(1, 12), st.integers(1, 12), st.integers(13, 600))
+# TODO 3's OOM rollback needs a decode on a full pool: tiny pools more often there (with pools of
+# hundreds a third of the time, about one case in six reached it, and a correct decode could end
+# its budget short of 20 such cases).  Large pools stay drawn, and far_programs adds the far ones.
+DECODE_NUM_BLOCKS = st.one_of(st.integers(1, 3), st.integers(1, 12), st.integers(1, 12), st.integers(13, 600))
 HEAD_DIMS = st.sampled_from([1, 2, 3, 1, 2, 3, 64, 256])
 POOL_SLOTS = 2**16
 
@@ -287,7 +291,7 @@ def make_machine(ctx: ItemContext, todo: str) -> type[RuleBasedStateMachine]:
             self.pool: Pool | None = None
             ctx.begin(lambda c: run_program(c, tuple(self.pool.program) if self.pool else (), todo))  # the program as it is at replay
 
-        @initialize(num_blocks=NUM_BLOCKS, block_size=BLOCK_SIZES, head_dim=HEAD_DIMS)
+        @initialize(num_blocks=NUM_BLOCKS if todo == "TODO 2" else DECODE_NUM_BLOCKS, block_size=BLOCK_SIZES, head_dim=HEAD_DIMS)
         def create(self, num_blocks: int, block_size: int, head_dim: int) -> None:
             num_blocks, head_dim = _bounded(num_blocks, block_size, head_dim)
             self._do(lambda: setattr(self, "pool", Pool(ctx, todo, num_blocks, block_size, head_dim)))
