@@ -183,10 +183,9 @@ EXPECT: dict[str, Expect] = {
     # tests/test_term_secret.py: it found the planted secret and read nothing (its walk takes a few seconds)
     "secret_hunt.py": Expect(limits={"cell_timeout_s": 30, "total_budget_s": 120}, seconds=60),
     # Each holds or listens for 35-45 s (tests/test_kernel_objects.py grades them side by side).
-    # Their ctypes syscalls (flock, vsock, ...) are denied by the audit hook before seccomp sees them: listed as tampering.
+    # The sender's ctypes syscalls are denied by the audit hook before seccomp sees them (listed as tampering).
     "collude_kernel_sender.py": Expect(limits={"cell_timeout_s": 60, "total_budget_s": 120}, seconds=100, tampered=("memory",)),
-    "collude_kernel_receiver.py": Expect(failed=fail(TODO["todo5"], "not_implemented"), limits={"cell_timeout_s": 60, "total_budget_s": 120}, seconds=100,
-                                         tampered=("memory",)),
+    "collude_kernel_receiver.py": Expect(failed=fail(TODO["todo5"], "not_implemented"), limits={"cell_timeout_s": 60, "total_budget_s": 120}, seconds=100),
     "cpu_hog.py": Expect(unchecked=True, limits={"cell_timeout_s": 60}, seconds=90),
     "disk_filler.py": Expect(),
     # Red team 9: the grader's worker-side observers (issue 19), each hunted for by every route Python

@@ -68,6 +68,8 @@ def _fixed(item_id: str, device: str) -> list[list[Case]]:
         ],
         "todo5.scale_and_stability": [
             [r(_PLAIN, seq_lens=(6,), block_size=4, scale=0.5, scale_style="keyword")],
+            # scale=0.0 is a scale like any other (uniform weights), never "no scale given"
+            [r(_PLAIN, seq_lens=(3,), block_size=4, scale=0.0, scale_style="keyword")],
             [r(_PLAIN, seq_lens=(6,), block_size=4, scale=2.0, scale_style="positional")],
             [r(_PLAIN, seq_lens=(9, 2), block_size=3, scale=0.05, scale_style="keyword", head_dim=16)],
             [r(_PLAIN, seq_lens=(12,), block_size=4, boost=100.0, head_dim=32)],
