@@ -69,6 +69,9 @@ PREFILL_CORNERS: tuple[Program, ...] = (
     # block sizes 5 and 7 over bigger pools
     (("pool", 9, 5, 1), ("new", 11, 5), ("prefill", 0), ("new", 25, 9), ("prefill", 1), ("new", 10, 3), ("prefill", 2), ("new", 5, 4), ("prefill", 3)),
     (("pool", 3, 7, 1), ("new", 14, 0), ("prefill", 0), ("new", 8, 1), ("prefill", 1), ("new", 7, 1), ("prefill", 2)),
+    # block sizes whose reciprocal is inexact (91, 1200): n * (1 / bs) lands above k at n = k * bs
+    (("pool", 4, 91, 1), ("new", 3 * 91, 0), ("prefill", 0), ("new", 1, 1), ("prefill", 1)),
+    (("pool", 8, 1200, 1), ("new", 7 * 1200, 0), ("prefill", 0), ("new", 1200, 1), ("prefill", 1)),
     # another manager, its request with the same id, between two calls on this one: managers share nothing
     (("pool", 4, 2, 1), ("new", 3, 0), ("prefill", 0), ("other", 3, 2, 5, 0), ("new", 4, 1), ("prefill", 1), ("other", 2, 4, 1, 1),
      ("new", 1, 2), ("prefill", 2)),
@@ -99,6 +102,9 @@ DECODE_CORNERS: tuple[Program, ...] = (
     (("pool", 6, 2, 1), *_placed((2, 0, (1,))), ("permute", (3, 0, 4, 2, 1)), ("decode", 0), ("decode", 0), ("permute", (2, 0, 1, 3)),
      ("decode", 0), ("decode", 0), ("decode", 0)),
     (("pool", 4, 1, 2), *_placed((1, 0, (0,))), ("permute", (2, 0, 1)), ("decode", 0), ("decode", 0)),
+    # block sizes whose reciprocal is inexact (91, 1200): the decode to k * bs tokens fits, the next one grows
+    (("pool", 4, 91, 1), *_placed((3 * 91 - 1, 0, (0, 0, 0))), ("decode", 0), ("decode", 0)),
+    (("pool", 8, 1200, 1), *_placed((7 * 1200 - 1, 0, (0,) * 7)), ("decode", 0), ("decode", 0)),
     # another manager, its request with the same id, between decodes on this one: managers share nothing
     (("pool", 3, 2, 1), *_placed((2, 0, (1,))), ("other", 2, 2, 2, 0), ("decode", 0), ("other", 3, 1, 1, 0), ("decode", 0), ("decode", 0),
      ("decode", 0)),

@@ -19,7 +19,7 @@ from grader.checks.base import ItemContext, Need, hypothesis_settings, student_e
 from grader.checks.frame import plain_digest
 from grader.checks.running import Explore, grade_item
 from grader.checks.script import Script
-from grader.checks.values import as_dict, show
+from grader.checks.values import as_dict, as_list, show
 from grader.results import Failure, Text
 
 FIELDS = ("num_blocks", "block_size", "num_layers", "num_kv_heads", "head_dim", "dtype_bytes")
@@ -113,17 +113,24 @@ def check_calls(ctx: ItemContext, calls: tuple[tuple[dict[str, int], str], ...],
     if several:
         script.add("import copy")
     edited: list[int] = []
+    edited_any = False
     for number, (d, style) in enumerate(calls, start=1):
         editing = number in edit if isinstance(edit, frozenset) else edit and number < len(calls)
         changed, reading = _check_call(ctx, script, d, style, number if several else 0, save=not editing)
+        if not changed and edited_any and _shows_the_edit(reading):
+            _edit_seen(ctx, script, number)
+            return
         if changed:
             _earlier_changed(ctx, script, number, edited, changed)
             return
         if editing:
             key = ctx.kept.last()
-            script.add("for name in ledger: ledger[name] = 0", "the caller's to change: later calls must neither see nor undo it",
-                       "返回值属于调用者，可以修改：之后的调用既不应受影响，也不能把它改回去")
+            script.add("[value.__setitem__(slice(None), [0] * len(value)) for value in ledger.values() if type(value) is list]",
+                       "the caller's to change, lists in place: later calls must neither see nor undo it",
+                       "返回值属于调用者，可以修改（列表原地修改）：之后的调用既不应受影响，也不能把它改回去")
+            script.add("for name in ledger: ledger[name] = ledger[name] if type(ledger[name]) is list else 0")
             zeroed = _zeroed(reading)
+            edited_any = True
             ctx.kept.forget(key)
             if not ctx.call("edit_kept", key=key).ok:
                 return  # the result cannot be changed as a dict: nothing to see
@@ -170,13 +177,40 @@ def _check_call(ctx: ItemContext, script: Script, d: dict[str, int], style: str,
 
 
 def _zeroed(reading: Any) -> dict[str, Any] | None:
-    """A returned dict as the caller leaves it after `for name in ledger: ledger[name] = 0` (what
-    `edit_kept` does), in the form the judge received it; None when the judge cannot say (a key that
+    """A returned dict as the caller leaves it after zeroing it (what `edit_kept` does: plain lists
+    in place, every other entry replaced by 0), in the form the judge received it; None when the judge cannot say (a key that
     is not a plain str: the edit may skip it)."""
     pairs = reading.get("__dict__") if isinstance(reading, dict) else None
     if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) for p in pairs):
         return None
-    return {"__dict__": [[name, 0] for name, _ in pairs]}
+    def zero(value: Any) -> Any:  # a plain list zeroed in place, anything else replaced by 0
+        if isinstance(value, dict) and list(value) == ["__list__"] and isinstance(value["__list__"], list):
+            return {"__list__": [0] * len(value["__list__"])}
+        return 0
+
+    return {"__dict__": [[name, zero(value)] for name, value in pairs]}
+
+
+def _shows_the_edit(reading: Any) -> bool:
+    """A result whose `layout_shape` is all zeros: the caller's in-place edit of an earlier result
+    (no layout has a zero dimension), so a part of it is shared with what an earlier call returned."""
+    got = as_dict(reading)
+    layout = as_list(got.get("layout_shape")) if got is not None else None
+    return bool(layout) and all(v == 0 for v in layout)
+
+
+def _edit_seen(ctx: ItemContext, script: Script, number: int) -> None:
+    zh = "之后的调用返回了调用者对之前返回值的修改（返回值的一部分，例如 layout_shape 列表，在两次调用之间共享；返回值属于调用者）"
+    en = ("a later call returned the caller's change to an earlier result (a part of it, such as the layout_shape list, is shared"
+          " between calls; a result belongs to its caller)")
+    for item in FIELDS_OF:
+        if not ctx.focused(item):
+            ctx.record(item, zh, en)
+    if ctx.focus in FIELDS_OF:
+        script.expect("0 not in ledger['layout_shape']", "this call's layout_shape holds the caller's edit of an earlier result: {ledger['layout_shape']}",
+                      "这次调用的 layout_shape 带着调用者对之前返回值的修改：{ledger['layout_shape']}")
+        raise ctx.fail("wrong", zh, en, expected=Text("layout_shape 为这次调用自己的新列表", "layout_shape a new list of this call's own"),
+                       actual=Text(f"第 {number} 次调用的 layout_shape 全为 0（调用者的修改）", f"call {number}'s layout_shape all zeros (the caller's edit)"))
 
 
 def _earlier_changed(ctx: ItemContext, script: Script, number: int, edited: list[int], changed: list[str]) -> None:

@@ -339,12 +339,17 @@ def digest(session, value):
 
 
 def edit(value):
-    """The caller changes what a call gave it (its own to change): every entry set to 0."""
+    """The caller changes what a call gave it (its own to change): every entry set to 0, a plain
+    list's items in place (a shallow copy handed out again shares it)."""
     kind = type(value)
     if has_base(kind, dict):
         for name in list(DICT_KEYS(value)):
             if type(name) is str or type(name) is int:
-                DICT_SET(value, name, 0)
+                entry = DICT_GET(value, name)
+                if type(entry) is list:
+                    LIST_SET(entry, slice(None), [0] * LIST_LEN(entry))
+                else:
+                    DICT_SET(value, name, 0)
     elif has_base(kind, list):
         LIST_SET(value, slice(None), [0] * LIST_LEN(value))
 
