@@ -139,9 +139,12 @@ def test_a_grading_stopped_while_copying_leaves_nothing(tmp_path: Path, monkeypa
         raise KeyboardInterrupt
 
     monkeypatch.setattr(folder.FolderCopy, "copy_into", interrupted)
-    private = tmp_path / "private"
-    private.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(private))
-    with pytest.raises(KeyboardInterrupt):
-        Sandbox([], load_config().limits, folder=copy)
-    assert list(private.iterdir()) == []
+    # Short (the socket's path must fit AF_UNIX's 108 bytes; pytest-xdist's tmp_path is long).
+    private = Path(tempfile.mkdtemp(prefix="pa-t-"))
+    try:
+        monkeypatch.setattr(tempfile, "tempdir", str(private))
+        with pytest.raises(KeyboardInterrupt):
+            Sandbox([], load_config().limits, folder=copy)
+        assert list(private.iterdir()) == []
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
