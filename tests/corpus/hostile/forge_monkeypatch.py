@@ -1,4 +1,4 @@
-# hostile: a TODO 5 scale bug (1/head_dim) behind monkeypatches of torch (allclose, equal, assert_close, Tensor.__eq__), builtins.print, hypothesis, fake modules named like the grader in sys.modules and the worker's digest helper; expect every todo5 item to fail (wrong everywhere: no attention item is paid for output that is wrong on its own cases), everything else to pass
+# hostile: a TODO 5 scale bug (1/head_dim) behind monkeypatches of torch (allclose, equal, assert_close, Tensor.__eq__), builtins.print, hypothesis, fake modules named like the grader in sys.modules and the worker's digest helper; expect todo5.mha_fp32 to fail (the default scale is wrong with every feature off: the base item's mistake alone; the feature items are judged on their own cases), everything else to pass, the monkeypatches changing nothing
 import math
 
 import torch
