@@ -39,16 +39,7 @@ class Outcome:
     error: dict[str, Any] | None = None  # what the call raised (the reply's error), None: it returned
     oom_expected: bool = False  # too few blocks free: the contract asks for an OOM here
 
-
-@dataclass
-class Broke:
-    """The call after which blocks first stopped being each in exactly one place."""
-
-    step: str
-    before: State
-    after: State
-    blocks: list[int]
-    raised: str  # what the call raised ("" if it returned)
+PICTURED = 256  # blocks: a larger pool gets no picture (a report draws none that large)
 
 
 class PoolScript:
@@ -107,9 +98,8 @@ class PoolScript:
         return lines
 
     def _violation(self: Pool, prop: str, o: Outcome, asserts: list[Assert], zh: str, en: str, *, expected: str | Text, actual: str | Text,
-                   highlight: list[int], call: list[Line] | None = None, earlier: Broke | None = None) -> None:
-        """Fail the graded item if `prop` is its property; otherwise note it and go on.  `earlier`:
-        the call that first broke what this one found broken (drawn too)."""
+                   highlight: list[int], call: list[Line] | None = None) -> None:
+        """Fail the graded item if `prop` is its property; otherwise note it and go on."""
         if not self.ctx.focused(prop):
             self.ctx.record(prop, zh, en)
             if prop not in self.ctx.witness:  # if the item ends up unchecked, this step shows why
@@ -127,9 +117,8 @@ class PoolScript:
         self._finish(o.start, [Line(o.capture), *(call or [Line(o.step)])])
         for check in asserts:
             self.script.expect(*check)
-        picture: dict[str, Any] = {"kind": "pool", "num_blocks": self.num_blocks, "step": o.step, "before": o.before.picture(), "after": o.after.picture(), "highlight": sorted(set(highlight))}
-        if earlier is not None:
-            picture["earlier"] = {"step": earlier.step, "before": earlier.before.picture(), "after": earlier.after.picture(), "highlight": earlier.blocks[:16]}
+        picture = None if self.num_blocks > PICTURED else {
+            "kind": "pool", "num_blocks": self.num_blocks, "step": o.step, "before": o.before.picture(), "after": o.after.picture(), "highlight": sorted(set(highlight))}
         raise self.ctx.fail("wrong", zh, en, expected=expected, actual=actual, picture=picture)
 
     def _missed(self: Pool, key: str, o: Outcome, asserts: list[Assert], call: list[Line] | None = None) -> None:
