@@ -6,7 +6,7 @@ cgroup, Landlock, seccomp, a tmpfs of its own as its folder: grader/sandbox/), i
 forked from a warm template that imported torch once.  So corpus code (gaming and hostile
 submissions included) never runs in the tests' working directory: it cannot write into the
 checkout (a gaming file once left a results.json there), read the answer key or reach the
-machine.  Used by tests/test_reproductions.py.
+machine.  Used by tests/corpus_cases.py and tests/test_reproductions.py.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ and still fail the numerically wrong ones: run in-process, without the sandbox, 
 from __future__ import annotations
 
 import importlib.util
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -47,11 +48,11 @@ def _tensor(array: Array) -> torch.Tensor:
     return tensor.view(torch.bfloat16) if array.dtype == "bfloat16" else tensor
 
 
-def _worst_ratio(module: ModuleType, strategy, which_seed: int) -> float:
+def _worst_ratio(module: ModuleType, strategy, which_seed: int, examples: int = 15) -> float:
     worst = [0.0]
 
     @seed(which_seed)
-    @settings(max_examples=15, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=examples, database=None, deadline=None, suppress_health_check=list(HealthCheck))
     @given(strategy)
     def run(case: Case) -> None:
         inputs = make_inputs(case)
@@ -72,10 +73,13 @@ CORRECT = [ROOT / "reference" / "paged_attention.py", *sorted((CORPUS / "correct
 
 @pytest.mark.parametrize("path", CORRECT, ids=[p.stem for p in CORRECT])
 def test_correct_attention_stays_inside_the_tolerance_on_other_seeds(path: Path) -> None:
+    """Each file on a seed of its own (the seeds differ from file to file, so that the files
+    together meet many cases: 5 a strategy here, 2,600 in all; 15 a strategy on 2 seeds took 35
+    minutes of the suite on two cores)."""
     module = _load(path)
+    which_seed = zlib.crc32(path.name.encode())
     for name, strategy in STRATEGIES.items():
-        for which_seed in (1, 2):
-            assert _worst_ratio(module, strategy, which_seed) < 1.0, (name, which_seed)
+        assert _worst_ratio(module, strategy, which_seed, examples=5) < 1.0, (name, which_seed)
 
 
 @pytest.mark.parametrize("name", ["todo5_no_scale", "todo5_double_scale", "todo5_drops_last_token"])

@@ -21,7 +21,7 @@ from typing import Any
 
 from hypothesis import reject, seed
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
 
 from grader.checks.base import Inconclusive, ItemContext, Need, hypothesis_settings
 from grader.checks.pool import Pool, Req
@@ -290,17 +290,31 @@ def _request_id(data: st.DataObject, pool: Pool) -> int:
     return 1 + max((r.request_id for r in pool.requests), default=-1)
 
 
+# What a step may do, by TODO.  Swarm testing (as hypothesis's own feature flags do for rules):
+# each example turns each action on with odds 3 in 4, so that some run long without a release
+# (a pool fills up) or without a decode.  Unlike those flags, a step never finds nothing to do:
+# it takes an action that is on and can run, else any that can run, else nothing.  Hypothesis
+# threw away an example whose flags left no rule able to run, after running its earlier steps
+# (a third of TODO 3's examples).
+ACTIONS = {"TODO 2": ("prefill_new", "permute", "prefill_again", "release"), "TODO 3": ("place", "decode", "release")}
+
+
 def make_machine(ctx: ItemContext, todo: str) -> type[RuleBasedStateMachine]:
     class PoolMachine(RuleBasedStateMachine):
         def __init__(self) -> None:
             super().__init__()
             self.pool: Pool | None = None
+            self.enabled: set[str] = set()
             ctx.begin(lambda c: run_program(c, tuple(self.pool.program) if self.pool else (), todo))  # the program as it is at replay
 
-        @initialize(num_blocks=NUM_BLOCKS if todo == "TODO 2" else DECODE_NUM_BLOCKS, block_size=BLOCK_SIZES, head_dim=HEAD_DIMS)
-        def create(self, num_blocks: int, block_size: int, head_dim: int) -> None:
+        @initialize(num_blocks=NUM_BLOCKS if todo == "TODO 2" else DECODE_NUM_BLOCKS, block_size=BLOCK_SIZES, head_dim=HEAD_DIMS,
+                    data=st.data())
+        def create(self, num_blocks: int, block_size: int, head_dim: int, data: st.DataObject) -> None:
             num_blocks, head_dim = _bounded(num_blocks, block_size, head_dim)
             self._do(lambda: setattr(self, "pool", Pool(ctx, todo, num_blocks, block_size, head_dim)))
+            self.enabled = {name for name in ACTIONS[todo] if data.draw(_ints(0, 3), label=f"{name} on") > 0}
+            if self.pool is not None:
+                (self._first_prefill if todo == "TODO 2" else self._nearly_full)(data)
 
         def _do(self, action: Callable[[], None]) -> None:
             try:
@@ -311,96 +325,111 @@ def make_machine(ctx: ItemContext, todo: str) -> type[RuleBasedStateMachine]:
         def _held(self) -> list[Req]:
             return self.pool.held() if self.pool else []
 
-        # What the submission did decides which rules can run: with no free block and no request
-        # holding one (a block leaked, a block the given code keeps back), none can.  Hypothesis
-        # needs one that can: this one, which does nothing.
-        # (TODO 2's prefill of a new request can always run.)
-        @precondition(lambda self: self.pool is None or (todo == "TODO 3" and not self.pool.free and not self._held()))
-        @rule()
-        def stuck(self) -> None:
-            pass
+        def _can(self, action: str) -> bool:
+            pool = self.pool
+            assert pool is not None
+            if action == "release" or action == "decode":
+                return bool(self._held())
+            if action == "permute":
+                return len(pool.free) > 1
+            if action == "prefill_again":
+                return bool(self._again())
+            if action == "place":
+                return bool(pool.free)
+            return True  # prefill_new: a new request can always be prefilled
 
-        @precondition(lambda self: bool(self._held()))
         @rule(data=st.data())
+        def step(self, data: st.DataObject) -> None:
+            # What the submission did decides what can run: with no free block and no request
+            # holding one (a block leaked, a block the given code keeps back), nothing can.
+            if self.pool is None:
+                return
+            can = [action for action in ACTIONS[todo] if self._can(action)]
+            chosen = [action for action in can if action in self.enabled] or can
+            if chosen:
+                action = chosen[data.draw(_ints(0, len(chosen) - 1), label="action")] if len(chosen) > 1 else chosen[0]
+                getattr(self, action)(data)
+
         def release(self, data: st.DataObject) -> None:
             assert self.pool is not None
             req = _pick(data, self._held(), "request")
             self._do(lambda: self.pool.release(req))
 
-        if todo == "TODO 2":
+        # -- TODO 2 --------------------------------------------------------------------------
+        def _first_prefill(self, data: st.DataObject) -> None:
+            """Every example starts with a prefill that fits (each one then checks the prefill items)."""
+            pool = self.pool
+            assert pool is not None
+            # An empty free list (a pool the given code keeps a block of) makes this an OOM.
+            length = draw_length(data, pool.block_size, data.draw(_ints(1, max(1, len(pool.free))), label="blocks wanted"))
+            req = pool.new_request(length, _request_id(data, pool))
+            self._do(lambda: pool.prefill(req))
 
-            @initialize(data=st.data())
-            def first_prefill(self, data: st.DataObject) -> None:
-                """Every example starts with a prefill that fits (each one then checks the prefill items)."""
-                pool = self.pool
-                if pool is None:
-                    return
-                # An empty free list (a pool the given code keeps a block of) makes this an OOM.
-                length = draw_length(data, pool.block_size, data.draw(_ints(1, max(1, len(pool.free))), label="blocks wanted"))
-                req = pool.new_request(length, _request_id(data, pool))
-                self._do(lambda: pool.prefill(req))
+        def prefill_new(self, data: st.DataObject) -> None:
+            pool = self.pool
+            assert pool is not None
+            free = len(pool.free)
+            # Around what is free: fits, exactly enough, one block too many, far too many.
+            blocks = data.draw(st.sampled_from([free, free, free + 1, max(1, free // 2), pool.num_blocks + 2]), label="blocks wanted")
+            length = draw_length(data, pool.block_size, blocks)
+            req = pool.new_request(length, _request_id(data, pool))
+            self._do(lambda: pool.prefill(req))
 
-            @precondition(lambda self: self.pool is not None)
-            @rule(data=st.data())
-            def prefill_new(self, data: st.DataObject) -> None:
-                pool = self.pool
-                assert pool is not None
-                free = len(pool.free)
-                # Around what is free: fits, exactly enough, one block too many, far too many.
-                blocks = data.draw(st.sampled_from([free, free, free + 1, max(1, free // 2), pool.num_blocks + 2]), label="blocks wanted")
-                length = draw_length(data, pool.block_size, blocks)
-                req = pool.new_request(length, _request_id(data, pool))
-                self._do(lambda: pool.prefill(req))
+        def _again(self) -> list[Req]:
+            """Requests holding no blocks (released, or refused by an OOM) that may be prefilled again."""
+            if self.pool is None:
+                return []
+            live = _live_ids(self.pool)
+            return [r for r in self.pool.requests if not r.table and r.request_id not in live]
 
-            def _again(self) -> list[Req]:
-                """Requests holding no blocks (released, or refused by an OOM) that may be prefilled again."""
-                if self.pool is None:
-                    return []
-                live = _live_ids(self.pool)
-                return [r for r in self.pool.requests if not r.table and r.request_id not in live]
+        # The free list in any order (legal; the given release keeps it sorted, so only this
+        # shows a prefill that takes some blocks and removes others).  TODO 3's reordered lists
+        # are its corners': an action of its own there took the steps that reach an OOM and a
+        # full pool, and cost a grading 0.7 to 1.4 s.
+        def permute(self, data: st.DataObject) -> None:
+            assert self.pool is not None
+            order = _order(data, len(self.pool.free))
+            self._do(lambda: self.pool.permute(order))
 
-            # The free list in any order (legal; the given release keeps it sorted, so only
-            # this shows a prefill that takes some blocks and removes others).  TODO 3's
-            # reordered lists are its corners': a rule of its own there took the steps that
-            # reach an OOM and a full pool, and cost a grading 0.7 to 1.4 s.
-            @precondition(lambda self: self.pool is not None and len(self.pool.free) > 1)
-            @rule(data=st.data())
-            def permute(self, data: st.DataObject) -> None:
-                assert self.pool is not None
-                order = _order(data, len(self.pool.free))
-                self._do(lambda: self.pool.permute(order))
+        def prefill_again(self, data: st.DataObject) -> None:
+            assert self.pool is not None
+            req = _pick(data, self._again(), "request without blocks")
+            self._do(lambda: self.pool.prefill(req))
 
-            @precondition(lambda self: bool(self._again()))
-            @rule(data=st.data())
-            def prefill_again(self, data: st.DataObject) -> None:
-                assert self.pool is not None
-                req = _pick(data, self._again(), "request without blocks")
-                self._do(lambda: self.pool.prefill(req))
+        # -- TODO 3 --------------------------------------------------------------------------
+        def _nearly_full(self, data: st.DataObject) -> None:
+            """Half the examples start with a request holding every free block but one (a pool of
+            one block: that block), its last block full: its decodes take the last free block,
+            then meet a full pool, as growth, ownership and OOM rollback each need."""
+            pool = self.pool
+            assert pool is not None
+            if not pool.free or not data.draw(st.booleans(), label="start nearly full"):
+                return
+            n = max(1, len(pool.free) - 1)
+            self._place(data, n * pool.block_size, n)
 
-        else:
+        def _place(self, data: st.DataObject, length: int, needed: int) -> None:
+            pool = self.pool
+            assert pool is not None
+            if needed <= DRAWN_ONE_BY_ONE:
+                indices = [data.draw(_ints(0, len(pool.free) - 1 - i), label="free index") for i in range(needed)]
+            else:  # many blocks: from the front or from the end of the free list (a draw per block costs more than the step)
+                indices = [data.draw(st.sampled_from([0, -1]), label="free end")] * needed
+            req = pool.new_request(length, _request_id(data, pool))
+            self._do(lambda: pool.place(req, indices))
 
-            @precondition(lambda self: self.pool is not None and bool(self.pool.free))
-            @rule(data=st.data())
-            def place(self, data: st.DataObject) -> None:
-                pool = self.pool
-                assert pool is not None
-                length = draw_length(data, pool.block_size, len(pool.free))
-                needed = pool.need(length)
-                if needed > len(pool.free):
-                    return
-                if needed <= DRAWN_ONE_BY_ONE:
-                    indices = [data.draw(_ints(0, len(pool.free) - 1 - i), label="free index") for i in range(needed)]
-                else:  # many blocks: from the front or from the end of the free list (a draw per block costs more than the step)
-                    indices = [data.draw(st.sampled_from([0, -1]), label="free end")] * needed
-                req = pool.new_request(length, _request_id(data, pool))
-                self._do(lambda: pool.place(req, indices))
+        def place(self, data: st.DataObject) -> None:
+            pool = self.pool
+            assert pool is not None
+            length = draw_length(data, pool.block_size, len(pool.free))
+            needed = pool.need(length)
+            if needed <= len(pool.free):
+                self._place(data, length, needed)
 
-            @precondition(lambda self: bool(self._held()))
-            @rule(data=st.data())
-            def decode(self, data: st.DataObject) -> None:
-                assert self.pool is not None
-                req = _pick(data, self._held(), "request")
-                self._do(lambda: self.pool.decode(req))
+        def decode(self, data: st.DataObject) -> None:
+            assert self.pool is not None
+            req = _pick(data, self._held(), "request")
+            self._do(lambda: self.pool.decode(req))
 
     PoolMachine.__name__ = f"PoolMachine_{todo.replace(' ', '')}"
     return PoolMachine
