@@ -85,6 +85,14 @@ def run_example(ctx: ItemContext, ex: Example, script: Script, count: bool = Tru
             cache.set(table, seq_len, write, rebind=True)
             if (problem := cache.kept_after_write(reads)) is not None:
                 return problem
+        elif kind == "swap":
+            write += 1
+            table = _swapped(table, ex.num_blocks)
+            script.add(f"r.block_table = {table}; fill({write})", "another table of the same length (a release and a new prefill leave one)",
+                       "换成同样长度的另一个块表（释放后再 prefill 就是这样）")
+            cache.set(table, seq_len, write)
+            if (problem := cache.kept_after_write(reads)) is not None:
+                return problem
         elif kind == "grow":
             seq_len += n
             held = set(table)
@@ -109,6 +117,14 @@ def run_example(ctx: ItemContext, ex: Example, script: Script, count: bool = Tru
                 return problem
             reads += 1
     return None
+
+
+def _swapped(table: list[int], num_blocks: int) -> list[int]:
+    """Another table of the same length: blocks it does not hold first, then its own in another
+    order (a pool with no other block: the same blocks rotated; one block alone stays)."""
+    held = set(table)
+    others = [b for b in range(num_blocks) if b not in held]
+    return (others + table[1:] + table[:1])[: len(table)]
 
 
 class _Cache:

@@ -28,7 +28,7 @@ class Example:
     head_dim: int
     table: tuple[int, ...]
     seq_len: int
-    events: tuple[tuple[str, int], ...] = (("read", 0),)  # ("read" | "write" | "rebind", 0), ("grow", tokens)
+    events: tuple[tuple[str, int], ...] = (("read", 0),)  # ("read" | "write" | "rebind" | "swap", 0), ("grow", tokens)
 
     @property
     def readable(self) -> bool:
@@ -159,7 +159,7 @@ def examples(draw: st.DrawFn, tails: float, ordered: bool = False) -> Example:
     first = seq_len
     events: list[tuple[str, int]] = [("read", 0)]
     for _ in range(draw(st.integers(0, 3), label="more events")):
-        kind = draw(st.sampled_from(["read", "write", "grow", "rebind"]), label="event")
+        kind = draw(st.sampled_from(["read", "write", "grow", "rebind", "swap"]), label="event")
         if kind == "grow":
             room = (num_blocks - used) * block_size + (used * block_size - seq_len)
             if room <= 0:
@@ -215,7 +215,8 @@ def far_examples(seed: int) -> list[Example]:
 
 
 # Corner cases: block size 1; a tail; a shuffled table; reads after the pool is written
-# again and after the request grows; sorted tables with a tail (truncation alone).
+# again, after the request grows and after its table is replaced; sorted tables with a tail
+# (truncation alone).
 CORNERS = (
     Example(3, 1, 2, (2, 0, 1), 3),
     Example(5, 3, 2, (4, 1), 4),
@@ -231,4 +232,7 @@ CORNERS = (
     # one block, read, then the pool written or the request grown: the first result must not follow
     Example(3, 4, 2, (1,), 3, (("read", 0), ("write", 0), ("read", 0))),
     Example(3, 3, 1, (2,), 2, (("read", 0), ("grow", 2), ("read", 0))),
+    # the table replaced by another of the same length: a result kept for the old table must not be read again
+    Example(5, 2, 1, (0, 1), 3, (("read", 0), ("swap", 0), ("read", 0))),
+    Example(2, 3, 1, (1, 0), 6, (("read", 0), ("swap", 0), ("read", 0))),
 )
