@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
+import zlib
 from pathlib import Path
 
 from grader.config import load_config
@@ -59,13 +61,27 @@ def _files(kind: str) -> list[Path]:
 BUGGY = [p for p in _files("buggy") if not expectation(p).endswith(" cuda")]  # the CUDA ones: scripts/gpu-check
 CORRECT, GIVEN, GAMING = _files("correct"), _files("given"), _files("gaming")
 
+# What ./run-tests grades of buggy/ and correct/: every notebook (a kernel's ways show only
+# there), every file a test below names, and one .py file in SAMPLE_EVERY, picked by a hash of its
+# name (the same files every run, whatever is added).  Gaming and given files: all of them.
+# PA_FULL_CORPUS=1 grades every file (docs/maintainers.md: before merging a change of the checks).
+# Why: a grading costs 8 to 10 s of a core, and the whole corpus (385 files) took 70 of the
+# suite's minutes on two cores; CI stops at 90.
+SAMPLE_EVERY = 1 if os.environ.get("PA_FULL_CORPUS") == "1" else 3
+NAMED = {"todo5_gqa_head_modulo", "todo5_gqa_repeat_tile", "todo5_no_scale", "todo5_double_scale", "todo5_ignores_seq_lens",
+         "todo5_drops_last_token", "todo5_returns_float32", "todo1_no_kv_factor", "todo3_seq_len_not_stored", "todo3_mod_eq_one"}
+
+
+def sampled(paths: list[Path]) -> list[Path]:
+    return [p for p in paths if p.suffix != ".py" or p.stem in NAMED or zlib.crc32(p.name.encode()) % SAMPLE_EVERY == 0]
+
 
 def todo_of(path: Path) -> str:
     return expectation(path).split()[1]
 
 
 def buggy_in(*todos: str) -> list[Path]:
-    return [p for p in BUGGY if todo_of(p) in todos]
+    return sampled([p for p in BUGGY if todo_of(p) in todos])
 
 
 def file_id(path: Path) -> str:
