@@ -179,7 +179,9 @@ EXPECT: dict[str, Expect] = {
     "sys_denied_calls.py": Expect(),
     "keyring_read_plant.py": Expect(),
     "spy_sys_cgroups.py": Expect(),
-    "collude_sender.py": Expect(limits={"cell_timeout_s": 60}, seconds=60),
+    # Its cells sleep about 50 s (the message, page by page): the grading needs time after them,
+    # as the kernel sender's does (a total budget of 60 s left too little once far cases came).
+    "collude_sender.py": Expect(limits={"cell_timeout_s": 60, "total_budget_s": 120}, seconds=100),
     "collude_receiver.py": Expect(failed=fail(TODO["todo5"], "not_implemented"), limits={"cell_timeout_s": 60}, seconds=60),
     # tests/test_term_secret.py: it found the planted secret and read nothing (its walk takes a few seconds)
     "secret_hunt.py": Expect(limits={"cell_timeout_s": 30, "total_budget_s": 120}, seconds=60),
