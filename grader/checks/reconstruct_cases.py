@@ -95,7 +95,7 @@ def set_up_lines(ex: Example) -> list[tuple[str, str, str]]:
             "fill(0)",
         ]
         comment = ("the slots r reads hold write * 2**22 + (block * block_size + slot) * head_dim + d; every other slot NaN",
-                   "r 读取的槽位为 write * 2**22 + (块 * block_size + 槽) * head_dim + d；其余槽位为 NaN")
+                   "r 读取的槽位为 2**22 * write + (块 * block_size + 槽) * head_dim + d；其余槽位为 NaN")
         return [*((line, "", "") for line in plain), ("def fill(write):", *comment), *((line, "", "") for line in body)]
     body = [
         "    m.physical_kv_cache.fill_(float('nan'))",
