@@ -293,5 +293,7 @@ def mark_blocked(items: Sequence[ItemResult]) -> None:
             repro_zh=shown.repro_zh,
             expected=shown.expected,
             actual=shown.actual,
+            expected_zh=shown.expected_zh,
+            actual_zh=shown.actual_zh,
             picture=shown.picture,
         )
