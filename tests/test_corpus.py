@@ -20,8 +20,8 @@ from tests.corpus_cases import (
     check_gaming,
     check_no_card_shows_the_same_expected_and_actual,
     check_reproductions,
-    expectation,
     grade_side_by_side,
+    todo_of,
 )
 
 pytestmark = pytest.mark.slow
@@ -33,7 +33,7 @@ def _graded_side_by_side() -> None:
 
 
 def test_corpus_is_big_enough() -> None:
-    todos = [expectation(p).split()[1] for p in BUGGY]
+    todos = [todo_of(p) for p in BUGGY]
     assert len(BUGGY) >= 140 and len(CORRECT) >= 60 and len(GIVEN) >= 12 and len(GAMING) >= 28
     assert all(todos.count(f"todo{n}") >= 12 for n in range(1, 6))
     assert sum(p.suffix == ".ipynb" for p in CORRECT) >= 5
