@@ -243,7 +243,7 @@ _NAMES = {"OOM", "RuntimeError", "ValueError", "TypeError", "IndexError", "Memor
 
 def english_words(text: str) -> list[str]:
     text = _CODE.sub(" ", re.sub(r"\{[^{}]*\}|\|[^|]*\|", " ", text))  # f-string fields and |a - b| are code too
-    return [w for w in re.findall(r"[A-Za-z]{2,}", text) if w not in _NAMES]
+    return [w for w in re.findall(r"[A-Za-z]{2,}", text) if w not in _NAMES and not re.fullmatch(r"[A-Z]\w*(Error|Exception)", w)]  # exception names are code
 
 
 def check_chinese_cards_say_expected_actual_and_comments_in_chinese(paths: list[Path]) -> None:

@@ -14,7 +14,7 @@ from tests.conftest import CORPUS, grade_all, graded
 
 pytestmark = pytest.mark.slow
 
-ATTACKS = {name: CORPUS / "gaming" / f"{name}.py" for name in ("rt4_free_blocks_none", "rt4_first_token_value", "rt4_handle_not_int", "rt4_crash_on_rerun")}
+ATTACKS = {name: CORPUS / "gaming" / f"{name}.py" for name in ("rt4_free_blocks_none", "rt4_first_token_value", "rt4_crash_on_rerun")}
 GIVEN = {name: CORPUS / "given" / f"{name}.py" for name in ("rt4_report_huge_utilization", "rt4_class_decorator_release", "rt4_subclass_rebound", "rt4_report_tail_exact_multiple")}
 MISTAKES = {
     # file: (the item that must fail, words its message must hold)
@@ -71,12 +71,13 @@ def test_attention_that_returns_the_first_token_earns_no_attention_item() -> Non
     assert {"todo5.gqa", "todo5.paging", "todo5.scale_and_stability", "todo5.low_precision"} <= set(_failed(result, "todo5"))
 
 
-def test_a_handle_that_is_not_an_int_is_a_wrong_answer_not_a_crash() -> None:
-    result = graded(ATTACKS["rt4_handle_not_int"])
+def test_the_code_that_makes_handles_is_out_of_a_cells_reach() -> None:
+    """Red team 4 patched the worker's handle maker to hand out strings (the judge crashed). Hunted
+    for now, it is nowhere a cell can see; a forged reply is tests/test_hostile_replies.py's."""
+    result = graded(CORPUS / "correct" / "rt4_hunts_the_handle_code.py")
     _no_grader_error(result)
-    assert result.todo_scores()["todo2"][0] == 0
-    assert result.todo_scores()["todo1"][0] == 15 and result.todo_scores()["todo5"][0] == 22  # nothing else erased
-    assert all("does not allow" in message for message in _failed(result, "todo2").values())
+    assert "HANDLE HUNT: []" in result.output_excerpt, result.output_excerpt[-1000:]
+    assert result.score == 100 and result.tampering == []
 
 
 def test_a_submission_that_poisons_the_reruns_keeps_its_failing_grade() -> None:

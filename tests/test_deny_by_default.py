@@ -341,7 +341,7 @@ def test_a_cpu_hog_beside_a_correct_classmate_costs_it_nothing(tmp_path: Path) -
     assert batch.returncode == 0, batch.stderr[-3000:]
     beside = json.loads((out / "students" / "alice.json").read_text())["extra_data"]["grade_result"]
     hog = json.loads((out / "students" / "hog.json").read_text())["extra_data"]["grade_result"]
-    assert "SPINNING 1" in hog["output_excerpt"], hog["output_excerpt"][-500:]  # the hog did run its spinners
+    assert re.search(r"SPINNING [1-9]", hog["output_excerpt"]), hog["output_excerpt"][-500:]  # the hog did run its spinners
     assert beside["score"] == 100
     assert {i["id"]: i["status"] for i in beside["items"]} == {i.id: i.status for i in alone.items}
     print(f"correct classmate: alone {alone_seconds:.1f} s, beside the hog {beside['seconds']:.1f} s")

@@ -39,7 +39,10 @@ SECCOMP = ISOLATION["seccomp"] > 0
 RECEIVER = "collude_kernel_receiver.py"
 SENDER = "collude_kernel_sender.py"
 # Marked by the receiver when a channel carried something (the payload comes through POSIX LOCKS).
-CHANNELS = ("POSIX LOCKS", "OFD LOCK", "FLOCK", "FUTEX", "INOTIFY", "DNOTIFY", "PAGE CACHE")
+# The futex is not among them: the sender's wait reads the mapped word through ctypes, which the
+# audit hook denies whatever the filter (ctypes reading an address; docs/trust.md).
+CHANNELS = ("POSIX LOCKS", "OFD LOCK", "FLOCK", "INOTIFY", "DNOTIFY", "PAGE CACHE")
+REFUSED_BY_THE_HOOK = "not available while grading: it reaches the grader's own objects or the process's memory (ctypes.cdata)"
 
 
 def _marks(excerpt: str) -> dict[str, str]:
@@ -63,9 +66,9 @@ def _sender_output(around: dict[str, Any]) -> str:
 def test_a_colluding_pair_shares_no_kernel_object() -> None:
     run = graded(RECEIVER)
     excerpt, sent = run.result.output_excerpt, _sender_output(run.around)
-    # The sender did its part: its locks "held" (taken as no-ops), its futex waits returned at once.
-    assert "POSIX LOCKS: " in sent and "bytes held" in sent, sent[-2000:]
-    assert re.search(r"FUTEX WAITS: \d+", sent) and "SENT" in sent, sent[-2000:]
+    # The sender did its part: its locks "held" (taken as no-ops); its futex wait was refused by the hook.
+    assert "POSIX LOCKS: " in sent and "bytes held" in sent and "SENT" in sent, sent[-2000:]
+    assert "futex_waiter" in sent and REFUSED_BY_THE_HOOK in sent, sent[-2000:]
     assert "VSOCK: OSError 97" in sent and "LEASE: PermissionError 1" in sent, sent[-2000:]
     assert _marks(excerpt) == {}, excerpt[-2000:]
     assert "RECEIVED: NOTHING" in excerpt, excerpt[-2000:]
@@ -107,6 +110,7 @@ def test_without_the_filter_the_same_pair_passes_the_todo_across() -> None:
     _sender_output(around)
     marks = _marks(result.output_excerpt)
     assert set(CHANNELS) <= set(marks), (marks, result.output_excerpt[-2000:])
+    assert "FUTEX" not in marks, marks  # closed by the audit hook, not by the filter
     if _vsock_port_space():
         assert marks.get("VSOCK") == "port taken", marks
     if MOUNT_NS:
@@ -168,9 +172,10 @@ def test_a_read_leaves_no_access_time_for_another_grading(tmp_path: Path) -> Non
 
 
 def test_what_a_notebook_needs_of_locks_futexes_and_sockets_still_works() -> None:
-    """sqlite (its file locks), a semaphore shared by two processes (a shared futex: it spins where it
-    would sleep), threads, subprocesses, AF_UNIX sockets and name lookups of /etc/hosts work; another
-    socket family fails with a clean OSError."""
+    """sqlite (its file locks), a C function called through ctypes, threads, forks, subprocesses,
+    AF_UNIX sockets and name lookups of /etc/hosts work; another socket family fails with a clean
+    OSError.  (A semaphore two processes share needs ctypes over a mapped address, which the audit
+    hook denies, or multiprocessing's, which needs a file in /dev/shm: docs/trust.md.)"""
     output = _loaded_output(
         """
         import fcntl, os, socket, sqlite3, subprocess, threading, time
@@ -190,21 +195,13 @@ def test_what_a_notebook_needs_of_locks_futexes_and_sockets_still_works() -> Non
             fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
             print("LOCKS ok")
 
-        # A semaphore shared by two processes (what multiprocessing's locks are): its futex is shared.
-        import ctypes, mmap
+        import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
-        memory = mmap.mmap(-1, 64)
-        semaphore = ctypes.addressof(ctypes.c_char.from_buffer(memory))
-        assert libc.sem_init(ctypes.c_void_p(semaphore), 1, 0) == 0
+        print("CTYPES getpid", libc.getpid() == os.getpid())
         child = os.fork()
         if child == 0:
-            time.sleep(0.3)
-            libc.sem_post(ctypes.c_void_p(semaphore))
-            os._exit(0)
-        started = time.monotonic()
-        libc.sem_wait(ctypes.c_void_p(semaphore))
-        print("SEMAPHORE waited", time.monotonic() - started > 0.2)
-        os.waitpid(child, 0)
+            os._exit(7)
+        print("FORK", os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]))
         thread = threading.Thread(target=time.sleep, args=(0.1,))
         thread.start()
         thread.join()
@@ -219,7 +216,7 @@ def test_what_a_notebook_needs_of_locks_futexes_and_sockets_still_works() -> Non
             print("AF_INET", type(error).__name__, error.errno)
         """
     )
-    for line in ("SQLITE delete 4950", "SQLITE wal 4950", "LOCKS ok", "SEMAPHORE waited True", "SUBPROCESS 0", "SOCKETPAIR b'x'", "LOOKUP ('127.0.0.1', 80)"):
+    for line in ("SQLITE delete 4950", "SQLITE wal 4950", "LOCKS ok", "CTYPES getpid True", "FORK 7", "SUBPROCESS 0", "SOCKETPAIR b'x'", "LOOKUP ('127.0.0.1', 80)"):
         assert line in output, (line, output[-2000:])
     if SECCOMP:
         assert "AF_INET OSError 97" in output, output[-1000:]

@@ -41,5 +41,7 @@ def test_a_block_lost_on_oom_costs_the_oom_item_alone(tmp_path: Path) -> None:
     assert "except Exception" not in repro, repro
     code = path.read_text(encoding="utf-8")
     (on_submission, line), (on_reference, _) = run_scripts([f"{code}\n\n{repro}\n", f"{REFERENCE}\n\n{repro}\n"])
-    assert on_submission == 1 and line.startswith("AssertionError"), line
+    # An assert with the expected and actual value, or the mistake's own error (with no block
+    # free, the lost block's pop raises first: the card says so).
+    assert on_submission == 1 and line.startswith(("AssertionError", "IndexError")), line
     assert on_reference == 0

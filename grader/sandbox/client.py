@@ -636,6 +636,9 @@ class Sandbox:
     def output(self) -> tuple[str, int]:
         """What the submission printed (first bytes, on stdout then stderr) and how much in all."""
         limit = self.limits.output_kb << 10
+        for out_capture, err_capture in self._captures:
+            out_capture.settle()
+            err_capture.settle()
         out = "".join(o.text() for o, _ in self._captures) + "".join(e.text() for _, e in self._captures)
         return out[:limit], sum(o.total + e.total for o, e in self._captures)
 

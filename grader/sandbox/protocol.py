@@ -4,6 +4,7 @@ code here; a frame too large or malformed ends the session as "protocol" or "too
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import hmac
 import json
@@ -11,6 +12,7 @@ import os
 import select
 import socket
 import struct
+import termios
 import threading
 import time
 from dataclasses import dataclass, field
@@ -82,6 +84,8 @@ class OutputCapture:
         self.limit = limit
         self.kept = bytearray()
         self.total = 0
+        self._fd = fd
+        self._reading = threading.Lock()  # held from a read to its bytes kept
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._drain, args=(fd,), daemon=True, name="pa-grade-output")
         self._thread.start()
@@ -92,18 +96,37 @@ class OutputCapture:
                 ready, _, _ = select.select([fd], [], [], 0.2)
                 if not ready:
                     continue
+                with self._reading:
+                    try:
+                        chunk = os.read(fd, 1 << 20)
+                    except OSError:
+                        return
+                    if not chunk:
+                        return
+                    self.total += len(chunk)
+                    room = self.limit - len(self.kept)
+                    if room > 0:
+                        self.kept += chunk[:room]
+        finally:
+            with self._reading:
+                os.close(fd)
+                self._fd = -1
+
+    def settle(self, wait: float = 2.0) -> None:
+        """Wait (at most `wait` s) until what is in the pipe now is kept: the worker writes unbuffered
+        before it replies, so a live sandbox's output is read whole, however busy the machine."""
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            with self._reading:
+                if self._fd < 0:
+                    return
                 try:
-                    chunk = os.read(fd, 1 << 20)
+                    pending = struct.unpack("i", fcntl.ioctl(self._fd, termios.FIONREAD, b"\0\0\0\0"))[0]
                 except OSError:
                     return
-                if not chunk:
-                    return
-                self.total += len(chunk)
-                room = self.limit - len(self.kept)
-                if room > 0:
-                    self.kept += chunk[:room]
-        finally:
-            os.close(fd)
+            if pending == 0:
+                return
+            time.sleep(0.005)
 
     def stop(self, wait: float = 1.0) -> None:
         """Take what is already in the pipe, then end the thread."""
