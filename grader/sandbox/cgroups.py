@@ -195,8 +195,10 @@ def kill(paths: list[str], rounds: int = 200) -> None:
         time.sleep(0.005)
 
 
-def remove(paths: list[str], timeout: float = 2.0) -> bool:
-    """Remove these cgroup directories; a moment's wait while killed processes finish exiting."""
+def remove(paths: list[str], timeout: float = 10.0) -> bool:
+    """Remove these cgroup directories; a moment's wait while killed processes finish exiting
+    (a killed tree may take seconds to exit on a busy machine; 10 s bounds the wait, where 2 s
+    could leave the cgroup behind its grading)."""
     deadline = time.monotonic() + timeout
     left = [p for p in paths if os.path.isdir(p)]
     while left:
