@@ -33,12 +33,17 @@ def simulate(program: allocation.Program) -> set[str]:
         elif op == "new":
             if args[1] in released_ids:
                 seen.add("request id used again after release")
-            requests.append({"len": args[0], "id": args[1], "table": [], "released": False, "decoded": False})
+            if any(r["gone"] for r in requests):
+                seen.add("a new request after one was dropped")
+            requests.append({"len": args[0], "id": args[1], "table": [], "released": False, "decoded": False, "gone": False})
         elif op == "place":
             req = requests[-1 if args[0] is None else args[0]]
             req["table"] = [free.pop(i) for i in args[1]]
         elif op == "other":
             seen.add("another manager between calls")
+        elif op == "forget":
+            assert requests[args[0]]["released"] and not requests[args[0]]["table"], "only a released request is dropped"
+            requests[args[0]]["gone"] = True
         elif op == "permute":
             free = [free[i] for i in args[0]]
         elif op == "prefill":
@@ -115,7 +120,8 @@ def _all(programs: tuple[allocation.Program, ...]) -> set[str]:
     ["block_size 1", "block_size not a power of two", "prefill OOM with blocks still free", "prefill OOM on an empty pool", "prefill exactly enough",
      "prompt an exact multiple of block_size", "prompt just over a block", "non-contiguous free list", "request id used again after release",
      "a released request prefilled again", "several requests hold blocks", "prefill OOM on a free list out of order",
-     "prompt one token over a block of hundreds", "prompt k blocks and one token over the largest block size"],
+     "prompt one token over a block of hundreds", "prompt k blocks and one token over the largest block size",
+     "a new request after one was dropped"],
 )
 def test_prefill_corners(corner: str) -> None:
     assert corner in _all(allocation.PREFILL_CORNERS)
@@ -131,7 +137,7 @@ def test_prefill_corners_meet_another_manager() -> None:
     ["block_size 1", "block_size not a power of two", "decode opens a block", "decode opens a block with block_size 1", "decode opens a block of hundreds of slots", "decode within a block",
      "decode OOM", "decode on a full pool that needs no block", "request id used again after release", "several requests hold blocks",
      "decode of a request whose id a released, decoded request had", "decode opens a block after several of the largest size",
-     "decode opens a block from a free list out of order"],
+     "decode opens a block from a free list out of order", "a new request after one was dropped"],
 )
 def test_decode_corners(corner: str) -> None:
     assert corner in _all(allocation.DECODE_CORNERS)

@@ -72,6 +72,9 @@ PREFILL_CORNERS: tuple[Program, ...] = (
     # block sizes whose reciprocal is inexact (91, 1200): n * (1 / bs) lands above k at n = k * bs
     (("pool", 4, 91, 1), ("new", 3 * 91, 0), ("prefill", 0), ("new", 1, 1), ("prefill", 1)),
     (("pool", 8, 1200, 1), ("new", 7 * 1200, 0), ("prefill", 0), ("new", 1200, 1), ("prefill", 1)),
+    # a request released and let go of (`del r0`): the next Request, maybe at its address, is a stranger
+    (("pool", 4, 2, 1), ("new", 3, 0), ("prefill", 0), ("release", 0), ("forget", 0), ("new", 5, 1), ("prefill", 1), ("release", 1),
+     ("forget", 1), ("new", 8, 2), ("prefill", 2)),
     # another manager, its request with the same id, between two calls on this one: managers share nothing
     (("pool", 4, 2, 1), ("new", 3, 0), ("prefill", 0), ("other", 3, 2, 5, 0), ("new", 4, 1), ("prefill", 1), ("other", 2, 4, 1, 1),
      ("new", 1, 2), ("prefill", 2)),
@@ -94,6 +97,9 @@ DECODE_CORNERS: tuple[Program, ...] = (
     (("pool", 3, 2, 2), *_placed((2, 0, (1,))), ("release", 0), *_placed((1, 0, (0,))), ("decode", 1), ("decode", 1), ("decode", 1)),
     # a request decoded, released, and its id used again: nothing of the old request may stick
     (("pool", 4, 2, 1), *_placed((3, 7, (0, 1))), ("decode", 0), ("release", 0), *_placed((1, 7, (2,))), ("decode", 1), ("decode", 1), ("decode", 1)),
+    # a request grown, released and let go of (`del r0`): the next Request, maybe at its address, is a stranger
+    (("pool", 4, 2, 1), *_placed((3, 0, (0, 1))), ("decode", 0), ("decode", 0), ("release", 0), ("forget", 0), *_placed((1, 1, (0,))),
+     ("decode", 1), ("decode", 1), ("decode", 1), ("decode", 1)),
     # block size 5, interleaved, non-contiguous free list
     (("pool", 4, 5, 1), *_placed((5, 0, (2,)), (9, 1, (0, 1))), ("decode", 0), ("decode", 1), ("decode", 1), *(("decode", 0),) * 5),
     # block size 7, a long run of decodes in one block
@@ -201,11 +207,15 @@ def run_program(ctx: ItemContext, program: Program, todo: str) -> None:
                 pool.permute(list(args[0]))
         elif op == "other":
             pool.other_manager(*args)
+        elif op == "forget":
+            req = pool.requests[args[0]]
+            if not req.table and not req.gone:
+                pool.forget(req)
         else:
             # A step that no longer applies (the submission's earlier steps left the request
             # holding blocks, or none) is left out, as the state machines' preconditions do.
             req = pool.requests[args[0]]
-            if (op == "prefill") != (not req.table):
+            if (op == "prefill") != (not req.table) or req.gone:
                 continue
             getattr(pool, op)(req)
 
@@ -354,6 +364,10 @@ def make_machine(ctx: ItemContext, todo: str) -> type[RuleBasedStateMachine]:
             assert self.pool is not None
             req = _pick(data, self._held(), "request")
             self._do(lambda: self.pool.release(req))
+            # The caller may drop a finished request (`del r`): the next Request may be made at
+            # its address, which a cache keyed by id(req) mistakes for the old one.
+            if not req.table and data.draw(st.booleans(), label="let go of it"):
+                self._do(lambda: self.pool.forget(req))
 
         # -- TODO 2 --------------------------------------------------------------------------
         def _first_prefill(self, data: st.DataObject) -> None:
@@ -380,7 +394,7 @@ def make_machine(ctx: ItemContext, todo: str) -> type[RuleBasedStateMachine]:
             if self.pool is None:
                 return []
             live = _live_ids(self.pool)
-            return [r for r in self.pool.requests if not r.table and r.request_id not in live]
+            return [r for r in self.pool.requests if not r.table and not r.gone and r.request_id not in live]
 
         # The free list in any order (legal; the given release keeps it sorted, so only this
         # shows a prefill that takes some blocks and removes others).  TODO 3's reordered lists

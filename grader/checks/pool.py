@@ -55,6 +55,7 @@ class Req:
     request_id: int
     seq_len: int
     table: list[int] = field(default_factory=list)
+    gone: bool = False  # let go of (`del r`): no longer read, named or called
 
 
 class Pool(ContractState, PoolScript):
@@ -65,6 +66,7 @@ class Pool(ContractState, PoolScript):
         self.num_blocks, self.block_size = num_blocks, block_size
         self.script: Script = ctx.script
         self.requests: list[Req] = []
+        self.forgotten: list[int] = []  # handles the worker lets go of before it makes the next Request
         self.diverged = False  # a step broke another item's property: later steps are guarded
         # What ran, as a program run_program() can run again (grader/checks/allocation.py).
         self.program: list[tuple[Any, ...]] = [("pool", num_blocks, block_size, head_dim)]
@@ -85,19 +87,19 @@ class Pool(ContractState, PoolScript):
 
     # -- reading the student's state ------------------------------------------------------
     def _call(self, op: str, **fields: Any) -> Any:
-        spec = {"manager": self.manager, "requests": [r.handle for r in self.requests]}
+        spec = {"manager": self.manager, "requests": [r.handle for r in self.live()]}
         return self.ctx.call(op, snapshot=spec, **fields)
 
     def _state(self) -> State:
-        return State(list(self.free), {r.name: (r.seq_len, list(r.table)) for r in self.requests})
+        return State(list(self.free), {r.name: (r.seq_len, list(r.table)) for r in self.live()})
 
     def _adopt(self, state: State) -> None:
         self.free = list(state.free)
-        for r in self.requests:
+        for r in self.live():
             r.seq_len, r.table = state.requests[r.name][0], list(state.requests[r.name][1])
 
     def _others(self, req: Req | None = None) -> str:
-        names = [r.name for r in self.requests if r is not req]
+        names = [r.name for r in self.live() if r is not req]
         return "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
 
     # -- requests ---------------------------------------------------------------------------
@@ -105,7 +107,8 @@ class Pool(ContractState, PoolScript):
         self.program.append(("new", prompt_len, request_id))
         name = f"r{len(self.requests)}"
         self.script.add(f"{name} = Request(request_id={request_id}, prompt_len={prompt_len})")
-        reply = self.ctx.call("new", cls="Request", kwargs={"request_id": request_id, "prompt_len": prompt_len})
+        forget, self.forgotten = self.forgotten, []
+        reply = self.ctx.call("new", cls="Request", kwargs={"request_id": request_id, "prompt_len": prompt_len}, forget=forget)
         if not reply.ok:
             raise student_error(self.ctx, reply, "Request(...)", self.todo)
         req = Req(name, int(reply.value), request_id, prompt_len)
@@ -118,6 +121,19 @@ class Pool(ContractState, PoolScript):
     def held(self) -> list[Req]:
         return [r for r in self.requests if r.table]
 
+    def live(self) -> list[Req]:
+        """The requests the caller still holds (the reproduction's names that still exist)."""
+        return [r for r in self.requests if not r.gone]
+
+    def forget(self, req: Req) -> None:
+        """`del r` of a released request: the worker lets go of its object when the next Request
+        is made, in the same job, so that one may be made at its address (a cache keyed by
+        `id(req)` then meets a stranger)."""
+        self.program.append(("forget", self.requests.index(req)))
+        self.script.add(f"del {req.name}", "the request is let go of; a new Request may reuse its memory", "请求对象被释放；新的 Request 可能复用它的内存")
+        req.gone = True
+        self.forgotten.append(req.handle)
+
     def _run(self, req: Req, method: str, comment: tuple[str, str] = ("", "")) -> tuple[Outcome, Any]:
         self.program.append(({"allocate_for_prefill": "prefill", "allocate_for_decode": "decode"}[method], self.requests.index(req)))
         step = f"m.{method}({req.name})"
@@ -128,9 +144,9 @@ class Pool(ContractState, PoolScript):
             raise student_error(self.ctx, reply, step, self.todo)
         oom = not reply.ok and raised(reply, "RuntimeError")
         after = self._observe(reply, step, req, oom)
-        others = [r.name for r in self.requests if r is not req and after.requests[r.name] != (r.seq_len, r.table)]
+        others = [r.name for r in self.live() if r is not req and after.requests[r.name] != (r.seq_len, r.table)]
         capture = f"free_before, table_before, len_before = list(m.free_blocks), list({req.name}.block_table), {req.name}.seq_len"
-        if len(self.requests) > 1:
+        if len(self.live()) > 1:
             capture += f"\nothers_before = [(r.seq_len, list(r.block_table)) for r in {self._others(req)}]"
         return Outcome(step, start, capture, before, after, req, others, None if reply.ok else dict(reply.error or {})), reply
 
@@ -160,7 +176,7 @@ class Pool(ContractState, PoolScript):
         reply = self._call("method", target=made.value, name=method, args=[other.value])
         after = self._observe(reply, step)
         if after.free != before.free or after.requests != before.requests:
-            names = [r.name for r in self.requests]
+            names = [r.name for r in self.live()]
             state = f"(m.free_blocks, [(r.seq_len, r.block_table) for r in {self._others()}])" if names else "m.free_blocks"
             capture = f"state_before = copy.deepcopy({state})"
             o = Outcome(step, start, "import copy\n" + capture, before, after, Req("other", 0, request_id, prompt_len), [])
@@ -409,7 +425,7 @@ class Pool(ContractState, PoolScript):
              f"a failed call must change nothing: free_blocks {{free_before}} -> {{m.free_blocks}}, {n}: ({{len_before}}, {{table_before}}) -> ({{{n}.seq_len}}, {{{n}.block_table}})",
              f"失败的调用不能改变任何状态：free_blocks {{free_before}} -> {{m.free_blocks}}，{n}：({{len_before}}, {{table_before}}) -> ({{{n}.seq_len}}, {{{n}.block_table}})"),
         ]
-        if len(self.requests) > 1:
+        if len(self.live()) > 1:
             asserts.append((f"[(r.seq_len, r.block_table) for r in {self._others(req)}] == others_before", "a failed call must not change other requests", "失败的调用不能改动其他请求"))
         if self.diverged:
             # After an earlier mistake a correct solution is elsewhere by now, and may have no OOM

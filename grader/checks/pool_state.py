@@ -94,7 +94,7 @@ class ContractState:
             if "free_blocks" not in self.wrong_now or free is None:
                 problems.append(("free", "free_blocks", why, free is None))
         requests: dict[str, tuple[int, list[int]]] = {}
-        for r in self.requests:
+        for r in self.live():
             raw = (state.get("requests") or {}).get(str(r.handle), {})
             seq_len, why_len = _read_int(raw.get("seq_len"), f"{r.name}.seq_len")
             table, why_table = _read_list(raw.get("block_table"), f"{r.name}.block_table")

@@ -6,6 +6,7 @@ only, kept here when the caller keeps it, and answered as plain data.
 """
 
 from binascii import a2b_base64
+from functools import partial
 from mmap import MAP_SHARED, PROT_READ, PROT_WRITE
 from mmap import mmap as map_file
 from operator import itemgetter, setitem
@@ -133,7 +134,7 @@ def op_observe(session, msg):
 def op_reseed(session, msg):
     """A new example: its objects let go of on the caller thread; every random state as at the start."""
     old = [session["handles"], session["kept"], session["pools"], session["caches"], session["maps"], session["grave"], session["kv_lab"]]
-    session.update(handles={}, kept={}, pools={}, caches={}, maps=[], grave=[], kv_lab={})
+    session.update(handles={}, made=0, kept={}, pools={}, caches={}, maps=[], grave=[], kv_lab={})
     if calls(session, (list.clear, old), *((seed, 0) for seed in session["seeds"])) is None:
         for seed in session["seeds"]:  # one raised (a seed function the cells replaced): said by the one that did
             student_call(session, seed, 0)
@@ -141,14 +142,25 @@ def op_reseed(session, msg):
 
 
 def op_new(session, msg):
-    cls, kwargs = msg.get("cls"), msg.get("kwargs")
-    if type(cls) is not str or type(kwargs) is not dict:
+    """A new object of the submission's class; `forget`: handles of objects the caller lets go of
+    first (`del r`), with what the calls so far returned (the grave holds them), in the same job
+    on the caller thread, so that the new object may be made at a forgotten one's address, as in
+    a notebook (a cache keyed by `id()` shows there)."""
+    cls, kwargs, forget = msg.get("cls"), msg.get("kwargs"), msg.get("forget", [])
+    if type(cls) is not str or type(kwargs) is not dict or type(forget) is not list:
         raise TypeError("a constructor call of the wrong form")
     if cls not in session["ns"]:
         raise refused({"type": "KeyError", "message": repr(cls), "not_implemented": False, "rejected_return": False,
                        "isa": ["Exception", "KeyError", "LookupError"], "traceback": ""})
-    value = student_call(session, session["ns"][cls], **kwargs)
-    handle = len(session["handles"]) + 1
+    for handle in forget:
+        _handle(session, handle)
+    made = None
+    if forget:
+        old = [[session["handles"].pop(handle) for handle in forget], session["grave"]]
+        session["grave"] = []
+        made = calls(session, (list.clear, old), (partial(session["ns"][cls], **kwargs),))
+    value = made[1] if made is not None else student_call(session, session["ns"][cls], **kwargs)
+    session["made"] = handle = session.get("made", 0) + 1  # never one of a forgotten object's
     session["handles"][handle] = value
     return handle
 
@@ -572,5 +584,5 @@ def new_session(ns, caller, seeds, traceback_of=None, zygote=-1):
     """A session's state: its caller thread, the objects of its current example, what its calls
     returned; `zygote`: the pid of the process the cells ran in (denials made there were made
     while the cells ran)."""
-    return {"ns": ns, "caller": caller, "seeds": seeds, "traceback_of": traceback_of, "zygote": zygote, "handles": {}, "kept": {},
+    return {"ns": ns, "caller": caller, "seeds": seeds, "traceback_of": traceback_of, "zygote": zygote, "handles": {}, "made": 0, "kept": {},
             "pools": {}, "caches": {}, "maps": [], "grave": [], "kv_lab": {}, "sent": 0, "events_sent": 0, "sock": None}
