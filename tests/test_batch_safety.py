@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 import shutil
 import socket
@@ -118,7 +119,7 @@ def test_identical_submissions_are_flagged_in_the_csv_and_the_dashboard(tmp_path
     exported = cli("export", "--out", str(out), "--lang", "en")
     assert exported.returncode == 0, exported.stderr
     rows = {row["student_id"]: row for row in csv.DictReader(io.StringIO(exported.stdout))}
-    assert rows["alice"]["identical_to"] == "henry ivy" and rows["bob"]["identical_to"] == ""
+    assert json.loads(rows["alice"]["identical_to"]) == ["henry", "ivy"] and rows["bob"]["identical_to"] == ""
     assert rows["henry"]["total"] == "100" and rows["henry"]["status"] == "graded"
     page = dashboard.render(entries, "en")
     assert 'id="identical-note"' in page and "alice, henry, ivy" in page
@@ -141,10 +142,23 @@ def test_grade_batch_grades_only_the_students_own_files(tmp_path: Path) -> None:
     for student in refused:
         assert rows[student]["status"] == "left_out" and "refused" in rows[student]["reason"] and rows[student]["total"] == "", rows[student]
     for student, twin in (("alice", "henry"), ("henry", "alice")):
-        assert rows[student]["total"] == "100" and rows[student]["identical_to"] == twin
+        assert rows[student]["total"] == "100" and json.loads(rows[student]["identical_to"]) == [twin]
         own = datetime.fromtimestamp((folder / f"{student}.py").lstat().st_mtime, timezone.utc).isoformat(timespec="seconds")
         assert rows[student]["submitted_at"] == own
     page = (out / "dashboard.html").read_text(encoding="utf-8")
     assert 'id="identical-note"' in page and "alice, henry" in page
     # Nothing outside the class folder was read as anyone's work: no solution graded for carol or dave.
     assert not (out / "students" / "carol.json").read_text().count('"score": 100')
+
+
+def test_identical_ids_with_spaces_and_commas_stay_apart_in_the_csv() -> None:
+    """"Alice Smith" and "Bob, Jr" are two students, not four: the column is a JSON list."""
+    from grader.commands.export import rows as csv_rows
+    from grader.standing import Standing
+
+    twin = Standing("carol", "graded", 100.0, 97.0, 97.0, identical_to=("Alice Smith", "Bob, Jr"))
+    header, row = list(csv_rows([twin], ()))
+    buffer = io.StringIO()
+    csv.writer(buffer).writerows([header, row])
+    parsed = next(csv.DictReader(io.StringIO(buffer.getvalue())))
+    assert json.loads(parsed["identical_to"]) == ["Alice Smith", "Bob, Jr"]

@@ -2,7 +2,8 @@
 
 Columns: student_id, total (out of 100), points, possible, todo1..todo5 (raw rubric points,
 adding up to `points`), status, reason, source, submitted_at, recorded_at, identical_to (the
-other students whose submitted file has the same bytes: a flag for the TA, not a verdict),
+other students whose submitted file has the same bytes, as a JSON list of ids, since an id may
+hold spaces: a flag for the TA, not a verdict),
 tampering (what the submission did to the grader's own machinery, in short: grader/tampering.py).  total =
 100 x points / possible, rounded to two decimals; `possible` leaves out the items that could
 not run (97 without a GPU).  A student without a grade (file not gradable, grader error, left
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -70,7 +72,9 @@ def rows(standings: Iterable[Standing], todos: tuple[str, ...]) -> Iterable[list
     yield [*COLUMNS_BEFORE_TODOS, *todos, *COLUMNS_AFTER_TODOS]
     for s in standings:
         numbers = [s.total, s.points, s.possible, *(s.todos.get(t) for t in todos)]
-        extra = [s.status, s.reason, s.source, s.submitted_at, s.recorded_at, " ".join(s.identical_to), s.tampering]
+        # A JSON list: ids may hold spaces and commas ("Alice Smith"), so no separator is safe.
+        twins = json.dumps(list(s.identical_to), ensure_ascii=False) if s.identical_to else ""
+        extra = [s.status, s.reason, s.source, s.submitted_at, s.recorded_at, twins, s.tampering]
         yield [_cell(s.student), *map(_cell, numbers), *map(_cell, extra)]
 
 
