@@ -56,6 +56,10 @@ def test_readme_is_a_front_door() -> None:
     first_screen = "\n".join(text.splitlines()[:40])
     for path in ("docs/students.md", "docs/ta.md", "docs/instructors.md", "docs/maintainers.md"):
         assert path in first_screen, f"{path} is not on the README's first screen"
+    # A table of contents: every section of the README is linked from its first screen.
+    sections = [anchor(line[3:]) for line in text.splitlines() if line.startswith("## ")]
+    unlisted = [s for s in sections if f"(#{s})" not in first_screen]
+    assert not unlisted, f"sections the README's first screen does not link: {unlisted}"
     for doc in DOCS:
         assert f"docs/{doc.name}" in text, f"the README links nowhere to {doc.name}"
 
