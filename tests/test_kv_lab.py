@@ -340,6 +340,27 @@ def test_the_notebook_plot_has_a_panel_per_policy_and_the_sweep() -> None:
         plt.close(figure)
 
 
+def test_the_notebook_plot_says_on_the_panel_why_a_run_stopped() -> None:
+    """A leak that starves the pool ends the paged run in a sliver at the left of the shared time axis:
+    the reason is written on its panel (as the SVG does), and the time axis is labelled even above the sweep."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    result = run_lab(_small(200, seed=2), LabConfig(pool_blocks=256, max_model_len=512, sweep=(16, 32)), _driver(NonAtomicManager))
+    assert result.error is not None
+    figure = plot_lab(result, "en")
+    try:
+        [static] = [ax for ax in figure.axes if ax.get_title(loc="left").startswith("static:")]
+        [paged] = [ax for ax in figure.axes if ax.get_title(loc="left").startswith("paging (block tables):")]
+        said = [t.get_text() for t in paged.texts]
+        assert said == [result.error.text("en")[:110]] and "lost" in said[0]
+        assert not static.texts and paged.get_xlabel() == "step"
+    finally:
+        plt.close(figure)
+
+
 def test_grading_never_runs_the_notebooks_lab_cell() -> None:
     import nbformat
 
