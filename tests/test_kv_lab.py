@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import json
 import random
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from grader.kvlab.notebook import FINISH_FIRST, kv_lab, plot_lab
 from grader.kvlab.simulate import Run, simulate
 from grader.kvlab.svg import lab_html, lab_svg
 from grader.kvlab.trace import Trace, TraceError, TraceRequest, parse_csv, synthetic
-from tests.conftest import STUDENT_NB
+from tests.conftest import ROOT, STUDENT_NB
 
 reference = importlib.import_module("reference.paged_attention")
 template = importlib.import_module("student_template.paged_attention")
@@ -407,3 +408,11 @@ def test_the_verb_says_when_the_allocator_failed(tmp_path: Path, capsys: pytest.
     assert cli.main(["kv-lab", "--requests", "200", "--pool-blocks", "256", "--max-model-len", "512", "--json", str(out), "--lang", "en"]) == 1
     assert "lost" in capsys.readouterr().err
     assert json.loads(out.read_text(encoding="utf-8"))["policies"]["paged"]["error"]
+
+
+def test_every_file_the_labs_doc_names_exists() -> None:
+    """docs/kv-lab.md points readers at the code (it named grader/sandbox/operations.py after issue 19 removed it)."""
+    text = (ROOT / "docs" / "kv-lab.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`((?:grader|tests|benchmarks|notebooks|reference|student_template)/[\w./-]+)`", text))
+    assert {"grader/commands/kv_lab.py", "tests/test_kv_lab_sandbox.py"} <= named
+    assert sorted(path for path in named if not (ROOT / path).exists()) == []
