@@ -362,6 +362,22 @@ def test_the_notebook_plot_says_on_the_panel_why_a_run_stopped() -> None:
         plt.close(figure)
 
 
+def test_the_notebooks_lab_text_quotes_the_reservation_figures_the_defaults_give() -> None:
+    """The lab's markdown compares the reservation policies with the paper's Figure 2 in both languages; its
+    figures are the defaults' (they need no allocator), so a student reads what the cell below prints."""
+    import nbformat
+
+    policies = run_lab(synthetic("sharegpt", 1000, seed=0, rate=1.0), LabConfig(), _driver(), policies=("static", "pow2", "oracle"))
+    shares = {name: round(100 * row["token_state_fraction"]) for name, row in policies.summary()["policies"].items()}
+    nb = nbformat.read(STUDENT_NB, as_version=4)
+    [text] = [c.source for c in nb.cells if c.cell_type == "markdown" and "Figure 2" in c.source and "图 2" in c.source]
+    zh, en = text.split("**English**")
+    assert f"约有 {shares['pow2']}% 和 {shares['oracle']}% 存着 token（论文为 26.8% 和 38.2%）" in zh
+    assert f"约 {shares['static']}%（论文 20.4%）" in zh
+    assert f"hold about {shares['pow2']}% and {shares['oracle']}% token\nstates (26.8% and 38.2% in the paper)" in en
+    assert f"about {shares['static']}% (20.4%)" in en
+
+
 def test_grading_never_runs_the_notebooks_lab_cell() -> None:
     import nbformat
 
