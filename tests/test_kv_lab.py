@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import json
 import random
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from grader.kvlab.notebook import FINISH_FIRST, kv_lab, plot_lab
 from grader.kvlab.simulate import Run, simulate
 from grader.kvlab.svg import lab_html, lab_svg
 from grader.kvlab.trace import Trace, TraceError, TraceRequest, parse_csv, synthetic
-from tests.conftest import STUDENT_NB
+from tests.conftest import ROOT, STUDENT_NB
 
 reference = importlib.import_module("reference.paged_attention")
 template = importlib.import_module("student_template.paged_attention")
@@ -340,6 +341,43 @@ def test_the_notebook_plot_has_a_panel_per_policy_and_the_sweep() -> None:
         plt.close(figure)
 
 
+def test_the_notebook_plot_says_on_the_panel_why_a_run_stopped() -> None:
+    """A leak that starves the pool ends the paged run in a sliver at the left of the shared time axis:
+    the reason is written on its panel (as the SVG does), and the time axis is labelled even above the sweep."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    result = run_lab(_small(200, seed=2), LabConfig(pool_blocks=256, max_model_len=512, sweep=(16, 32)), _driver(NonAtomicManager))
+    assert result.error is not None
+    figure = plot_lab(result, "en")
+    try:
+        [static] = [ax for ax in figure.axes if ax.get_title(loc="left").startswith("static:")]
+        [paged] = [ax for ax in figure.axes if ax.get_title(loc="left").startswith("paging (block tables):")]
+        said = [t.get_text() for t in paged.texts]
+        assert said == [result.error.text("en")[:110]] and "lost" in said[0]
+        assert not static.texts and paged.get_xlabel() == "step"
+    finally:
+        plt.close(figure)
+
+
+def test_the_notebooks_lab_text_quotes_the_reservation_figures_the_defaults_give() -> None:
+    """The lab's markdown compares the reservation policies with the paper's Figure 2 in both languages; its
+    figures are the defaults' (they need no allocator), so a student reads what the cell below prints."""
+    import nbformat
+
+    policies = run_lab(synthetic("sharegpt", 1000, seed=0, rate=1.0), LabConfig(), _driver(), policies=("static", "pow2", "oracle"))
+    shares = {name: round(100 * row["token_state_fraction"]) for name, row in policies.summary()["policies"].items()}
+    nb = nbformat.read(STUDENT_NB, as_version=4)
+    [text] = [c.source for c in nb.cells if c.cell_type == "markdown" and "Figure 2" in c.source and "图 2" in c.source]
+    zh, en = text.split("**English**")
+    assert f"约有 {shares['pow2']}% 和 {shares['oracle']}% 存着 token（论文为 26.8% 和 38.2%）" in zh
+    assert f"约 {shares['static']}%（论文 20.4%）" in zh
+    assert f"hold about {shares['pow2']}% and {shares['oracle']}% token\nstates (26.8% and 38.2% in the paper)" in en
+    assert f"about {shares['static']}% (20.4%)" in en
+
+
 def test_grading_never_runs_the_notebooks_lab_cell() -> None:
     import nbformat
 
@@ -386,3 +424,11 @@ def test_the_verb_says_when_the_allocator_failed(tmp_path: Path, capsys: pytest.
     assert cli.main(["kv-lab", "--requests", "200", "--pool-blocks", "256", "--max-model-len", "512", "--json", str(out), "--lang", "en"]) == 1
     assert "lost" in capsys.readouterr().err
     assert json.loads(out.read_text(encoding="utf-8"))["policies"]["paged"]["error"]
+
+
+def test_every_file_the_labs_doc_names_exists() -> None:
+    """docs/kv-lab.md points readers at the code (it named grader/sandbox/operations.py after issue 19 removed it)."""
+    text = (ROOT / "docs" / "kv-lab.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`((?:grader|tests|benchmarks|notebooks|reference|student_template)/[\w./-]+)`", text))
+    assert {"grader/commands/kv_lab.py", "tests/test_kv_lab_sandbox.py"} <= named
+    assert sorted(path for path in named if not (ROOT / path).exists()) == []

@@ -111,6 +111,8 @@ def plot_lab(result: LabResult, lang: str = "zh") -> Any:
         ax.set_xlim(0, span)
         ax.set_ylim(0, 100)
         ax.set_ylabel("% of pool")
+        if row["error"]:  # a run cut short is a sliver at the left: say why on it, as the SVG does
+            ax.text(0.01, 0.06, row["error"][:110], transform=ax.transAxes, color="#d9534f", fontsize=9, fontweight="bold")
         twin = ax.twinx()
         twin.plot(line.step, line.running, color="#1d2430", linewidth=0.9, label=label("running"))
         twin.set_ylim(0, max(max((max(r.timeline.running, default=0) for _, r in runs), default=1), 1) * 1.05)
@@ -130,7 +132,7 @@ def plot_lab(result: LabResult, lang: str = "zh") -> Any:
         twin = ax.twinx()
         twin.plot(sizes, [r["mean_table_length"] or 0 for r in summary["sweep"]], "o-", color="#4a7bd0")
         twin.set_ylabel("block-table entries / request", color="#4a7bd0")
-    axes[-1, 0].set_xlabel(axes[-1, 0].get_xlabel() or "step")
+    axes[len(runs) - 1, 0].set_xlabel("step")  # the last panel over time (the sweep's bars, if any, come after it)
     figure.tight_layout()
     plt.show()
     return figure

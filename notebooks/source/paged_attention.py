@@ -251,7 +251,8 @@ class KVCacheManager:
 # vLLM 达到 96.3%）：预留式系统必须在请求开始时就为它可能的最长输出留好位置，而大多数请求远远用不完；
 # 即使知道真实长度，预留的空间也要等到最后一个 token 才被填满。分页只在需要时按块申请，浪费只剩每个请求
 # 最后一块的尾巴（平均约半块）。省下的显存让更多请求同时运行，这才是吞吐量提高的原因。
-# 这里的预留策略不计外部碎片，所以它们的数字比论文略好。
+# 这里的预留策略不计外部碎片（请求序列也是合成的），所以它们的数字比论文好：默认参数下，按 2 的幂和按真实长度预留
+# 约有 43% 和 59% 存着 token（论文为 26.8% 和 38.2%）；静态预留的区域大小都一样，几乎不受外部碎片影响，约 24%（论文 20.4%）。
 #
 # 块大小的权衡：块越大，尾部浪费越多（每个请求平均约 块大小/2 个槽位），块表越短（每个请求 ⌈长度/块大小⌉ 项），
 # 注意力读取也越连续；块越小则反之。最下面的柱状图比较了几种块大小（池的总槽位不变）。
@@ -280,8 +281,10 @@ class KVCacheManager:
 # might produce, and most requests use a fraction of it; even an exact reservation fills only as the last token
 # arrives. Paging takes a block only when a token needs one, so the waste is the tail of each request's last block,
 # about half a block. The memory saved is what lets more requests run at once, which is where the throughput
-# comes from. External fragmentation is not modelled here, so the reservation policies look a little better than
-# in the paper.
+# comes from. External fragmentation is not modelled here (and the trace is synthetic), so the reservation policies
+# look better than in the paper: with the defaults, power-of-two and exact reservation hold about 43% and 59% token
+# states (26.8% and 38.2% in the paper); static reservation, whose regions are all the same size and lose little to
+# fragmentation, about 24% (20.4%).
 #
 # Block size is a trade: larger blocks waste more at the tail (about block_size / 2 slots per request) but keep
 # block tables short (⌈length / block_size⌉ entries per request) and reads contiguous; smaller blocks the other way
