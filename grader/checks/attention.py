@@ -403,7 +403,8 @@ def _record_mutation(ctx: ItemContext, script: Script, changed: list[str]) -> No
     if not any(line.code.startswith("saved = ") for line in shown.lines[-2:]):
         shown.lines.insert(len(shown.lines) - 1, Line("saved = [t.clone() for t in (query, key_cache, value_cache, block_tables, seq_lens)]"))
     shown.add("for name, before, after in zip(['query', 'key_cache', 'value_cache', 'block_tables', 'seq_lens'], saved, (query, key_cache, value_cache, block_tables, seq_lens)):")
-    shown.add("    assert torch.equal(before.flatten().view(torch.uint8), after.flatten().view(torch.uint8)), f'paged_attention modified {name}'")
+    # Bits, so that NaN equals NaN; contiguous first, as an input may be a strided view (a flattened view of it has no stride 1).
+    shown.add("    assert torch.equal(before.contiguous().view(-1).view(torch.uint8), after.contiguous().view(-1).view(torch.uint8)), f'paged_attention modified {name}'")
     ctx.grading.mutations.append(
         ctx.failure(
             "wrong",
