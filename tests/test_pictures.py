@@ -57,6 +57,19 @@ def test_pool_picture_says_seq_len_and_marks_what_the_call_changed() -> None:
     assert "改变: r0: [0, 1, 2] seq_len 3 → 4" in " ".join(pool_text(picture, "zh"))
 
 
+def test_a_free_list_put_in_another_order_is_said_where_the_pools_look_alike() -> None:
+    """An OOM rollback that reverses free_blocks (red team 13): every block is where it was, so
+    the two pools look the same; the changed line and the summary say what moved."""
+    tables = {"r0": [4], "r2": [2]}
+    raw = {"kind": "pool", "num_blocks": 5, "step": "m.allocate_for_prefill(r3)", "highlight": [],
+           "before": {"free": [0, 1, 3], "tables": tables}, "after": {"free": [3, 1, 0], "tables": tables}}
+    picture = normalise_picture(raw, safe_line)
+    assert picture is not None
+    changed = re.findall(r'<tspan class="pa-changed"[^>]*>([^<]*)</tspan>', pool_svg(picture, "en"))
+    assert changed == [" · free_blocks [0, 1, 3] → [3, 1, 0]"], changed
+    assert "changed: free_blocks [0, 1, 3] → [3, 1, 0]" in " ".join(pool_text(picture, "en"))
+
+
 def test_a_call_that_changed_nothing_is_one_panel() -> None:
     same = {"free": [1], "tables": {"r0": [0]}, "lens": {"r0": 2}}
     picture = normalise_picture({"kind": "pool", "num_blocks": 2, "step": "m.allocate_for_prefill(r1)", "before": same, "after": same}, safe_line)
