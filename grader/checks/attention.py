@@ -275,11 +275,16 @@ def owners(ctx: ItemContext, history: list[Case], index: int, out: np.ndarray | 
     features = [item for item, feature in FEATURE_OF.items() if feature in on]
     found = {item for item in candidates if item in (BASE, *features) and owns(item)}
     if not found and not base_broken():
-        # Plain attention is right, and no single feature taken away makes the call right: the
-        # features together (in focus, the focused one, if the call has its feature).
-        if ctx.focus is None and set(features) <= set(candidates):
-            found = set(features)
-        elif ctx.focus in features and not any(owns(item) for item in features if item != ctx.focus):
+        # Plain attention is right and no feature owns the call alone: the mistake needs several
+        # features.  Those it needs (taken away, the call is right) share it; where no single one
+        # is needed, all of them (in focus, the focused one, if it is among them).  A float16
+        # mistake that shows only with a large scale or NaN padding is the dtype's and the
+        # scale's or the paging's, never GQA's (red team 13).
+        needed = {item for item in features if right(_without(case, FEATURE_OF[item], out))}
+        sharing = needed or set(features)
+        if ctx.focus is None and sharing <= set(candidates):
+            found = sharing
+        elif ctx.focus in sharing and not any(owns(item) for item in features if item != ctx.focus):
             found = {ctx.focus}
     return found, shown - found, False
 
