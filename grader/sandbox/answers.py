@@ -6,9 +6,12 @@ only, kept here when the caller keeps it, and answered as plain data.
 """
 
 from binascii import a2b_base64
+from collections import deque
 from functools import partial
+from itertools import repeat
 from mmap import MAP_SHARED, PROT_READ, PROT_WRITE
 from mmap import mmap as map_file
+from operator import call as apply
 from operator import itemgetter, setitem
 from os import O_CLOEXEC, O_NOFOLLOW, O_RDWR
 from os import close as close_fd
@@ -348,7 +351,9 @@ def _attempt(session, function, *args, **kwargs):
 
 
 def _kv_lab_count(session, value, what):
-    count = as_int(outcome(session, call(session, len, value)))
+    # A plain list's length is read here (no code of the submission's runs); anything else's
+    # len() on the caller thread.
+    count = len(value) if type(value) is list else as_int(outcome(session, call(session, len, value)))
     if count is None:
         raise refused_type(f"len({what}) should be an int")
     return count
@@ -382,11 +387,17 @@ def op_kv_lab_step(session, msg):
         ok, error = _attempt(session, method("release_request", live.pop(request)), manager)
         if not ok:
             return failed("release_request", request, error)
-    for request in decode:
-        ok, error = _attempt(session, method("allocate_for_decode", live[request]), manager)
+    if decode:
+        # Every decode of the step in one caller-thread job (C iterators only, so no frame of
+        # ours is under the submission's), stopping at the first that raises: `done` counts
+        # those that returned.
+        done = []
+        session["grave"].append(done)
+        callers = [method("allocate_for_decode", live[request]) for request in decode]
+        ok, error = call(session, deque, map(done.append, map(apply, callers, repeat(manager))), 0)
+        reply["decoded"] = len(done)
         if not ok:
-            return failed("allocate_for_decode", request, error)
-        reply["decoded"] += 1
+            return failed("allocate_for_decode", decode[len(done)], student_error(session, error, session.get("traceback_of")))
     for request in release_after:
         if request not in live:
             raise LookupError("a request the lab never admitted")
