@@ -193,8 +193,10 @@ def check_reproductions(paths: list[Path]) -> None:
         failed = [i for i in result.items if i.status == "failed" and i.failure is not None]
         assert failed, f"{path.name} lost no points"
         for item in failed:
-            if item.failure.kind == "integrity":
-                continue  # no credit for using the answer key: nothing of the code's to reproduce
+            if item.failure.kind in ("integrity", "skipped_value"):
+                # No credit for using the answer key, or for definitions that hang on a line
+                # Jupyter runs and grading does not: nothing of the code's to reproduce.
+                continue
             repro = item.failure.repro
             if not repro:
                 missing.append(f"{path.name} {item.id}")
@@ -256,6 +258,7 @@ def check_chinese_cards_say_expected_actual_and_comments_in_chinese(paths: list[
         failure = item.failure
         assert failure is not None
         raised = failure.actual_zh == "" and re.match(r"^[A-Za-z_][\w.]*: ", failure.actual)  # the submission's exception, as it said it
+        raised = raised or failure.kind == "skipped_value"  # the notebook's own line, quoted
         for what, text in (("expected", failure.expected_for("zh")), ("actual", "" if raised else failure.actual_for("zh"))):
             if english_words(text):
                 found.append(f"{label} {what}: {text[:120]!r}")

@@ -130,7 +130,7 @@ class Pool(ContractState, PoolScript):
         is made, in the same job, so that one may be made at its address (a cache keyed by
         `id(req)` then meets a stranger)."""
         self.program.append(("forget", self.requests.index(req)))
-        self.script.add(f"del {req.name}", "the request is let go of; a new Request may reuse its memory", "请求对象被释放；新的 Request 可能复用它的内存")
+        self.script.add(f"del {req.name}", "the request is let go of; a new Request may reuse its memory", "请求对象被释放；新建的请求对象可能复用它的内存")
         req.gone = True
         self.forgotten.append(req.handle)
 

@@ -10,6 +10,7 @@ exist in both languages.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 
@@ -56,12 +57,23 @@ class Script:
         return Script(list(self.lines))
 
     def render(self, lang: str, limit: int = 0) -> str:
-        rendered = [line.render(lang) for line in self.lines]
+        rendered = "\n".join(line.render(lang) for line in self.lines).split("\n")
         if limit and len(rendered) > limit:
-            # Keep the set-up and the failing end; the middle steps are the least telling.
-            head = rendered[: limit // 3]
-            tail = rendered[-(limit - len(head) - 1) :]
-            cut = len(rendered) - len(head) - len(tail)
-            middle = f"# ... 省略 {cut} 行 ..." if lang == "zh" else f"# ... {cut} lines cut ..."
-            rendered = [*head, middle, *tail]
+            # Keep the set-up and the failing end; the middle steps are the least telling.  The
+            # cut falls between whole statements (never inside a try/except), so that what is
+            # left still runs.
+            start = limit // 3
+            while start < len(rendered) and not _statement_starts(rendered[start]):
+                start += 1
+            end = len(rendered) - (limit - start - 1)
+            while end < len(rendered) and not _statement_starts(rendered[end]):
+                end += 1
+            if start < end:
+                middle = f"# ... 省略 {end - start} 行 ..." if lang == "zh" else f"# ... {end - start} lines cut ..."
+                rendered = [*rendered[:start], middle, *rendered[end:]]
         return "\n".join(rendered)
+
+
+def _statement_starts(line: str) -> bool:
+    """Whether a line of a reproduction begins a top-level statement (a cut may fall before it)."""
+    return not line[:1].isspace() and re.match(r"(except|else|finally|elif)\b", line) is None

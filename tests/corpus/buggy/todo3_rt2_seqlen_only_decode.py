@@ -1,5 +1,6 @@
 # corpus: expect-fail todo3
-# mistake: gaming: decode only increments seq_len and raises OOM when the pool is empty, never appending a block
+# breaks: todo3.growth
+# mistake: decode only increments seq_len, never appending a block, and raises OOM when the pool is empty at a block boundary (red team 2 wrote it as gaming): growth is wrong and ownership cannot be judged; its OOMs and its decodes on a full pool that needs no block are right, so oom_rollback is paid
 """PagedAttention exercise (solution)."""
 
 import math
