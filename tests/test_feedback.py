@@ -240,3 +240,22 @@ def test_cards_say_expected_and_actual_in_the_cards_language() -> None:
     for render in (text.render, markdown.render, html.render):
         assert "与调用前相同：r0.seq_len=3" in render(result, "zh") and "与调用前相同" not in render(result, "en")
     assert "与调用前相同：r0.seq_len=3" in json.dumps(gradescope.to_results_json(result, "zh"), ensure_ascii=False)
+
+
+def test_a_long_reproduction_is_cut_between_whole_statements_and_still_runs() -> None:
+    """The middle of a long reproduction is left out, never inside a try/except (a cut after
+    `except ...:` made one that did not compile), and the whole fits the scorecard's 40 lines,
+    so its clip never takes the asserts at the end."""
+    from grader.checks.script import Line, Script
+
+    for offset in range(5):  # wherever the cut would fall in the five-line blocks
+        script = Script([Line(f"x{i} = {i}") for i in range(offset)])
+        for i in range(30):
+            script.lines += [Line(f"r{i} = [{i}]"), Line("try:"), Line(f"    r{i}.pop(5)"), Line("except IndexError:  # expected"), Line("    pass")]
+        script.expect("r29 == []", "r29 should be empty: {r29}")
+        for lang in ("en", "zh"):
+            shown = script.render(lang, 40)
+            compile(shown, "<repro>", "exec")
+            lines = shown.splitlines()
+            assert len(lines) <= 40 and lines[-1].startswith("assert r29 == []"), lines[-3:]
+            assert sum("lines cut" in line or "省略" in line for line in lines) == 1
