@@ -10,7 +10,7 @@ surrogates (which crash any UTF-8 writer), newlines (a second, forged score bloc
 * control characters (C0, C1, DEL, bidirectional overrides) are shown escaped (``\\x1b``);
 * lone surrogates become U+FFFD;
 * newlines are folded (`` ⏎ ``) wherever one line is expected;
-* every value is clipped (about 2 KiB; reproductions, tracebacks and output to 40 lines), with
+* every value is clipped (about 2 KiB; tracebacks and output to 40 lines, reproductions to 160), with
   a count of what was cut;
 * lists are capped: the first cells that raised, then "and K more" (a note), and so on;
 * numbers and statuses that are not what the records promise (imported results) are replaced.
@@ -50,9 +50,10 @@ class FieldLimits:
     """How much of each kind of value survives. `scaled` shrinks them to fit a size budget."""
 
     value: int = 2048  # characters of one value (a message, expected, a traceback, ...)
-    code: int = 8192  # characters of a reproduction: 40 lines of code (cut, it would not run)
+    code: int = 32768  # characters of a reproduction (cut, it would not run)
     short: int = 200  # ids, exception type names, statuses, digests
-    lines: int = 40  # lines of a reproduction, a traceback, the printed output
+    lines: int = 40  # lines of a traceback, the printed output
+    repro_lines: int = 160  # lines of a reproduction: the longest a check writes (max_repro_lines)
     cells: int = 20  # cells that raised, listed one by one
     flags: int = 20  # integrity flags, notes, findings about the given code
     items: int = 64  # rubric items (the rubric has 17; an imported result may claim thousands)
@@ -67,6 +68,7 @@ class FieldLimits:
             code=shrink(self.code, 480),
             short=shrink(self.short, 60),
             lines=shrink(self.lines, 6),
+            repro_lines=shrink(self.repro_lines, 6),
             cells=shrink(self.cells, 3),
             flags=shrink(self.flags, 3),
             items=self.items,
@@ -208,8 +210,8 @@ def _failure(failure: Failure | None, limits: FieldLimits) -> Failure | None:
         failure,
         kind=safe_line(failure.kind, limits.short),
         message=safe_text(failure.message, limits.value),
-        repro=safe_block(failure.repro, limits.code, limits.lines),
-        repro_zh=safe_block(failure.repro_zh, limits.code, limits.lines),
+        repro=safe_block(failure.repro, limits.code, limits.repro_lines),
+        repro_zh=safe_block(failure.repro_zh, limits.code, limits.repro_lines),
         expected=safe_line(failure.expected, limits.value),
         actual=safe_line(failure.actual, limits.value),
         expected_zh=safe_line(failure.expected_zh, limits.value),

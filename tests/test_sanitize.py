@@ -34,11 +34,11 @@ def test_clipping_counts_what_was_cut() -> None:
     assert len(line) <= DEFAULT_LIMITS.value and re.search(r"(\d+) chars cut", line)
     cut = int(re.search(r"(\d+) chars cut", line).group(1))  # type: ignore[union-attr]
     assert cut == 10_000 - line.index(" [")
-    repro = "\n".join(f"step_{i} = {i}" for i in range(100))
-    shown = safe_block(repro)
+    output = "\n".join(f"step_{i} = {i}" for i in range(100))
+    shown = safe_block(output)
     rows = shown.split("\n")
     assert len(rows) == DEFAULT_LIMITS.lines and rows[-1] == "# [… 截去 61 行 / 61 lines cut]"
-    assert rows[:-1] == repro.split("\n")[:39]  # the start, at line boundaries: still pasteable
+    assert rows[:-1] == output.split("\n")[:39]  # the start, at line boundaries: still pasteable
     tail = safe_block("\n".join(f"frame {i}" for i in range(100)), keep="tail")
     assert tail.split("\n")[0].startswith("# ") and tail.endswith("frame 99")
 
