@@ -50,7 +50,7 @@ class FieldLimits:
     """How much of each kind of value survives. `scaled` shrinks them to fit a size budget."""
 
     value: int = 2048  # characters of one value (a message, expected, a traceback, ...)
-    code: int = 32768  # characters of a reproduction (cut, it would not run)
+    code: int = 8192  # characters of a reproduction (cut, it would not run; the record of 17 items stays under 1 MiB)
     short: int = 200  # ids, exception type names, statuses, digests
     lines: int = 40  # lines of a traceback, the printed output
     repro_lines: int = 160  # lines of a reproduction: the longest a check writes (max_repro_lines)
