@@ -9,11 +9,14 @@ notebook's namespace).  Nothing here runs student code.
 """
 
 from __future__ import annotations
+import __future__
 
 import ast
 import re
 from dataclasses import dataclass
 from functools import cached_property
+
+BARRY = __future__.barry_as_FLUFL.compiler_flag  # the one future import that changes the syntax
 
 # Cell magics whose body is Python run in the notebook's namespace (once, or many times).
 PYTHON_BODY_MAGICS = frozenset({"time", "timeit", "capture", "prun"})
@@ -123,7 +126,18 @@ def _blank_ipython_lines(source: str) -> str:
 
 def parses(source: str) -> bool:
     try:
-        ast.parse(source)
+        parse_cell(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False
     return True
+
+
+def parse_cell(source: str) -> ast.Module:
+    """A cell's syntax tree.  A kernel keeps an earlier cell's `from __future__` imports, and
+    `barry_as_FLUFL` changes the syntax (`<>` for `!=`): a cell that parses only that way is read
+    that way, so that no check of the judge's loses sight of it (red team 13 hid a branch on a
+    skipped shell value behind `<>`)."""
+    try:
+        return ast.parse(source)
+    except SyntaxError:
+        return compile(source, "<cell>", "exec", ast.PyCF_ONLY_AST | BARRY, dont_inherit=True)

@@ -22,6 +22,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from grader.cells import parse_cell
 from grader.results import Text
 
 CONTRACT = ("estimate_kv_cache_bytes", "Request", "KVCacheManager", "paged_attention")
@@ -86,8 +87,11 @@ def _strip(node: ast.AST) -> ast.AST:
 
 def _shape(source_or_node: str | ast.AST) -> str:
     """A statement (or its source) as a comparable string: the AST, without annotations."""
-    node = ast.parse(source_or_node).body[0] if isinstance(source_or_node, str) else source_or_node
-    return ast.dump(_strip(node))
+    try:
+        node = ast.parse(source_or_node).body[0] if isinstance(source_or_node, str) else source_or_node
+        return ast.dump(_strip(node))
+    except (RecursionError, MemoryError):  # nested past Python's recursion limit: never the template's
+        return "<nested too deeply to compare>"
 
 
 @cache
@@ -106,7 +110,7 @@ def changed(sources: list[str], reference: dict[str, Any] | None = None) -> list
     trees: list[ast.Module] = []
     for source in sources:
         try:
-            tree = ast.parse(source)
+            tree = parse_cell(source)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
         trees.append(tree)

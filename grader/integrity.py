@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import re
 
+from grader.cells import parse_cell
 from grader.results import Text
 from grader.submission import Submission
 
@@ -34,7 +35,7 @@ def scan(submission: Submission) -> list[Text]:
             if code is None:
                 continue
             try:
-                trees.append(ast.parse(code))
+                trees.append(parse_cell(code))
             except (SyntaxError, ValueError, RecursionError, MemoryError):
                 continue  # the worker reports the cell; nothing here can be flagged from it
         seen: set[tuple[str, str]] = set()

@@ -32,10 +32,12 @@ What it reports:
 """
 
 from __future__ import annotations
+import __future__
 
 import ast
 from dataclasses import dataclass, field
 
+from grader.cells import parse_cell
 from grader.results import FAILED, PASSED, Failure, ItemResult, Text
 from grader.submission import Cell
 
@@ -158,11 +160,20 @@ def _base_name(target: ast.AST) -> str | None:
 def _statements(cells: list[Cell]) -> list[tuple[int, ast.stmt]]:
     """The notebook's top-level statements, in order, with the cell of each (cells that do not parse left out)."""
     out = []
+    flags = 0  # `from __future__ import ...` of earlier cells, as IPython's compiler keeps them
     for cell in cells:
         try:
-            tree = ast.parse(cell.python or "")
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            tree = compile(cell.python or "", "<cell>", "exec", ast.PyCF_ONLY_AST | flags, dont_inherit=True)
+        except SyntaxError:
+            try:
+                tree = parse_cell(cell.python or "")
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                continue
+        except (ValueError, RecursionError, MemoryError):
             continue
+        for statement in tree.body:
+            if isinstance(statement, ast.ImportFrom) and statement.module == "__future__":
+                flags |= sum(getattr(getattr(__future__, a.name, None), "compiler_flag", 0) for a in statement.names)
         out += [(cell.index, statement) for statement in tree.body]
     return out
 
@@ -275,7 +286,28 @@ def _first_writer(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) -> 
 
 
 def analyse(cells: list[Cell]) -> Finding:
-    """Which skipped lines' values are read, and which contract names may depend on each."""
+    """Which skipped lines' values are read, and which contract names may depend on each.  Code
+    nested past what Python can walk recursively (a chain of a thousand `+` parses) makes every
+    skipped value one that anything may depend on: the grading never fails on it (red team 13)."""
+    try:
+        return _analyse(cells)
+    except (RecursionError, MemoryError):
+        try:
+            sources = _sources(cells, _statements(cells))
+        except (RecursionError, MemoryError):
+            sources = []
+        for source in sources:
+            source.reads, source.depends = [(source.cell, source.line)], {"*"}
+        return Finding(sources)
+
+
+def _names_system_exit(node: ast.AST) -> bool:
+    """Whether an expression names SystemExit (walked without recursion: it may be nested deep)."""
+    return any(isinstance(n, ast.Name) and n.id == "SystemExit" or isinstance(n, ast.Attribute) and n.attr == "SystemExit"
+               or isinstance(n, ast.Constant) and isinstance(n.value, str) and "SystemExit" in n.value for n in ast.walk(node))
+
+
+def _analyse(cells: list[Cell]) -> Finding:
     statements = _statements(cells)
     functions = {s.name: s for _, s in statements if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
     read = []
@@ -307,7 +339,7 @@ def _stopped(statements: list[tuple[int, ast.stmt]], position: int, source: Sour
         return set()
     exits = any(isinstance(n, ast.Call) and (isinstance(n.func, ast.Name) and n.func.id in EXITS or isinstance(n.func, ast.Attribute)
                                               and n.func.attr in EXITS) or isinstance(n, ast.Raise) and n.exc is not None
-                and "SystemExit" in ast.unparse(n.exc) for n in ast.walk(statement))
+                and _names_system_exit(n.exc) for n in ast.walk(statement))
     later = statements[position + 1:]
     return {name for i, s in later if exits or i == index for name in _bound(s)}
 

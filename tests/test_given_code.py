@@ -50,6 +50,14 @@ def test_edits_of_given_code_are_named(name: str, where: str) -> None:
     assert len(notes) == 1 and where in notes[0].en and "given code" in notes[0].en and "给定代码" in notes[0].zh
 
 
+def test_a_given_method_nested_past_the_recursion_limit_is_an_edit_not_a_grader_error() -> None:
+    """A chain of 1,500 `+` parses, but walking it recursively does not (red team 13: exit 3)."""
+    deep = "        _ = " + " + ".join(["1"] * 1_500) + "\n"
+    source = REFERENCE.replace("        blocks = list(req.block_table)\n", deep + "        blocks = list(req.block_table)\n", 1)
+    assert source != REFERENCE
+    assert [n.en.split(":")[1].split()[0] for n in changed([source])] == ["KVCacheManager.release_request"]
+
+
 def test_an_added_attribute_in_init_is_an_edit_but_the_last_definition_counts() -> None:
     source = REFERENCE.replace("        self.free_blocks: list[int] = list(range(num_blocks))", "        self.free_blocks: list[int] = list(range(num_blocks))\n        self.owner = {}")
     assert [n.en.split(":")[1].split()[0] for n in changed([source])] == ["KVCacheManager.__init__"]

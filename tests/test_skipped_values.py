@@ -39,6 +39,9 @@ RIGHT = "def paged_attention(q, k, v, b, s):\n    return q"
         (("out = !cat solution.py", "globals().update({'paged_attention': out})"), ["todo1", "todo2", "todo3", "todo4", "todo5"]),
         (("def paged_attention(q, k, v, b, s):\n    found = !nvidia-smi\n    return q if found else None",), ["todo5"]),
         (("ready = [line for line in get_ipython().getoutput('ls') if line]", "if ready:\n    " + RIGHT.replace("\n", "\n    ")), ["todo5"]),
+        # a later cell in a syntax of an earlier cell's `from __future__` (red team 13: `<>` hid the branch)
+        (("from __future__ import barry_as_FLUFL", "out = !echo hi", "if out <> []:\n    pass\nelse:\n    " + RIGHT.replace("\n", "\n    ")), ["todo5"]),
+        (("from __future__ import barry_as_FLUFL", "out = !echo hi\nif out <> []:\n    pass\nelse:\n    " + RIGHT.replace("\n", "\n    ")), ["todo5"]),
     ],
 )
 def test_definitions_that_may_depend_on_a_skipped_value_cost_their_todo(cells: tuple[str, ...], todos: list[str]) -> None:
@@ -58,6 +61,16 @@ def test_definitions_that_may_depend_on_a_skipped_value_cost_their_todo(cells: t
 )
 def test_a_skipped_value_only_shown_costs_nothing(cells: tuple[str, ...]) -> None:
     assert _todos(*cells) == []
+
+
+def test_code_nested_too_deep_to_walk_never_fails_the_analysis() -> None:
+    """A chain of 1,500 `+` parses but is past Python's recursion limit for a recursive walk (red
+    team 13: exit 3, a grader error): the analysis goes on, and still sees the value reach the
+    definition (or, where it cannot walk the code, lets it reach everything)."""
+    deep = " + ".join(["0"] * 1_500)
+    cells = ("out = !echo hi", f"if out:\n    raise SystemExit({deep})", f"flag = bool(out) + ({deep})",
+             "def paged_attention(q, k, v, b, s):\n    return q if flag else None")
+    assert "todo5" in _todos(*cells)
 
 
 def test_where_a_skipped_value_is_read_is_said() -> None:
