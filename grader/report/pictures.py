@@ -195,6 +195,12 @@ def _requests(state: dict[str, Any], before: dict[str, Any] | None) -> list[tupl
     return out
 
 
+def _state_lines(state: dict[str, Any], before: dict[str, Any] | None) -> list[tuple[str, bool]]:
+    """What the summary and the changed line say: the free list where it changed, then each request."""
+    free = _free_change(state, before)
+    return [*([(free, True)] if free else []), *_requests(state, before)]
+
+
 def _free_change(state: dict[str, Any], before: dict[str, Any] | None) -> str | None:
     """"free_blocks [0, 1, 3] → [3, 1, 0]" where the free list changed (its order too: the pool
     pictures, which show where blocks are, cannot show that)."""
@@ -225,8 +231,7 @@ def _summary_svg(x: float, y: float, state: dict[str, Any], before: dict[str, An
     """Free blocks and each request's table and seq_len; what changed since `before` in red."""
     spans = [f"<tspan>{esc(plural(free, 'free_block', lang))}</tspan>"]
     used = len(spans[0])
-    free_change = _free_change(state, before)
-    for text, changed in [*([(free_change, True)] if free_change else []), *_requests(state, before)]:
+    for text, changed in _state_lines(state, before):
         if used > 400:
             break
         style = ' class="pa-changed" fill="#d9534f" font-weight="600"' if changed else ""
@@ -305,8 +310,7 @@ def pool_text(picture: dict[str, Any], lang: str) -> list[str]:
                 marks.append(f"[{mark}]" if block in highlight else f" {mark} ")
             lines.append(f"{w(key, lang):>6}: {''.join(marks)}")
         if "before" in call and "after" in call:
-            free = _free_change(call["after"], call["before"])
-            changed = [*([free] if free else []), *(text for text, moved in _requests(call["after"], call["before"]) if moved)]
+            changed = [text for text, moved in _state_lines(call["after"], call["before"]) if moved]
             if changed:
                 lines.append(f"{w('changed', lang):>6}: {'; '.join(changed)[:300]}")
     legend = ", ".join(f"{letter} = {name}" for name, letter in letters.items())
