@@ -270,25 +270,35 @@ def test_a_judge_server_that_cannot_start_leaves_a_cold_batch(tmp_path: Path, mo
 
 
 @pytest.mark.slow
-def test_a_judge_server_killed_mid_batch_loses_nobody(tmp_path: Path) -> None:
+def test_a_judge_server_killed_mid_batch_loses_nobody(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     subs, out = tmp_path / "subs", tmp_path / "out"
     subs.mkdir()
     for name in ("a1", "a2", "a3"):
         (subs / f"{name}.ipynb").write_text("{not json")
     students, _ = discovery.discover([subs])
     killed: list[int] = []
+    grade = runner.Runner.grade
 
-    def kill_the_server(_outcome: runner.Outcome) -> None:
+    def grade_then_kill_the_server(self: runner.Runner, student: discovery.Student, sha256: str) -> runner.Outcome | None:
+        # In the grading thread itself, so the next grading cannot start before the server is gone
+        # (killing it from on_record raced with the pool, which may already have graded a2 and a3).
+        outcome = grade(self, student, sha256)
         if not killed:
             pid = _server_of(out)
             assert pid is not None
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
+            for _ in range(100):  # gone, not merely signalled
+                if _server_of(out) is None:
+                    break
+                time.sleep(0.05)
+        return outcome
 
+    monkeypatch.setattr(runner.Runner, "grade", grade_then_kill_the_server)
     log = tmp_path / "log"
     with open(log, "w") as stream:
         summary = run_batch(students, out, load_config(), lang="en", jobs=1, job=GradeJob(lang="en", device="cpu"),
-                            timeout_s=300, warm=True, device="cpu", stream=stream, on_record=kill_the_server)
+                            timeout_s=300, warm=True, device="cpu", stream=stream)
     assert killed and (summary.graded, summary.errors) == (3, 0), log.read_text()
     assert "stopped answering" in log.read_text(), log.read_text()
     _none_left(str(out.resolve()))
