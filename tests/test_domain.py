@@ -369,3 +369,4 @@ def test_attention_base_corners_hold_an_empty_batch() -> None:
     assert empty and not any(c.has(f) for c in empty for f in (GQA, PAGING, SCALE, LOW_PRECISION))
     inputs = make_inputs(empty[0])
     assert inputs["query"].shape == (0, empty[0].num_heads, empty[0].head_dim) and inputs["block_tables"].shape[0] == 0
+

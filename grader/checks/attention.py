@@ -158,10 +158,15 @@ def judge(case: Case, inputs: dict[str, Array], value: dict) -> Verdict | None:
     where = f"seq {i} (seq_len={case.seq_lens[i]}), head {h} (kv head {h // case.group})"
     where_zh = f"序列 {i}（seq_len={case.seq_lens[i]}）、头 {h}（KV 头 {h // case.group}）"
     if np.isnan(out).any():
+        # Where no slot holds NaN, the computation made it: never blame a slot read then.
+        why_zh = ("读到了不该读的位置（多余表项或尾块，它们填的是 NaN），或 softmax 溢出" if case.poison
+                  else "这里没有任何槽位是 NaN，是计算产生的（softmax 溢出、inf - inf，或 -inf 乘以 0 的 scale）")
+        why_en = ("a slot that must not be read (a padding entry or block tail, filled with NaN) leaked in, or the softmax overflowed" if case.poison
+                  else "no slot holds NaN here, so the computation made it (the softmax overflowed, inf - inf, or -inf times a scale of 0)")
         return Verdict(
             "wrong",
-            f"输出含 NaN（{where_zh}）：读到了不该读的位置（多余表项或尾块，它们填的是 NaN），或 softmax 溢出",
-            f"the output has NaN ({where}): a slot that must not be read (a padding entry or block tail, filled with NaN) leaked in, or the softmax overflowed",
+            f"输出含 NaN（{where_zh}）：{why_zh}",
+            f"the output has NaN ({where}): {why_en}",
             Text("有限值", "finite values"),
             Text(f"NaN，位于 [{i}, {h}]", f"NaN at [{i}, {h}]"),
             (shape_assert, value_assert),

@@ -79,6 +79,11 @@ def _fixed(item_id: str, device: str) -> list[list[Case]]:
             [r(_PLAIN, seq_lens=(20, 3), block_size=5, boost=30.0, scale=1.0, scale_style="keyword", head_dim=16)],
             [r(_PLAIN, seq_lens=(8,), block_size=2, scale=0.3, scale_style="positional", dtype="float16")],
             [r(_PLAIN, seq_lens=(4,), block_size=4, salt=4), r(_PLAIN, seq_lens=(4,), block_size=4, scale=0.5, scale_style="keyword", salt=4)],
+            # a batch of different lengths at scale 0 (a mask of -inf times 0 is NaN) and at a
+            # negative scale with logits in the hundreds (the max of the unscaled logits is no max)
+            [r(_PLAIN, seq_lens=(1, 6, 3), block_size=2, scale=0.0, scale_style="keyword", head_dim=4)],
+            [r(_PLAIN, seq_lens=(2, 7), block_size=3, scale=-1.0, scale_style="positional", boost=100.0, head_dim=16)],
+            [r(_PLAIN, seq_lens=(5, 1), block_size=4, scale=-0.3, scale_style="keyword", head_dim=8, shuffle=7, padding=2, poison=True)],
         ],
         "todo5.low_precision": [
             [r(_PLAIN, seq_lens=(7,), block_size=3, dtype="float16")],

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from hypothesis import given, seed
@@ -54,6 +54,9 @@ class Problem:
     same_slots: bool = False  # exactly the live slots were read, in another order: truncation held
     tail: bool = False  # the read had a partly used last block
     frame: str = ""  # "read": a read changed the pool or the request; "results": an earlier result changed
+    cut_only: int | None = None  # the answer's rows: the table's slots in table order, cut at the wrong length
+    as_before: bool = False  # and as many as an earlier read of the example returned
+    table: list[int] = field(default_factory=list)  # the table of the read that failed
 
 
 def run_example(ctx: ItemContext, ex: Example, script: Script, count: bool = True) -> Problem | None:
@@ -133,6 +136,7 @@ class _Cache:
     def __init__(self, ctx: ItemContext, ex: Example, manager: int, request: int):
         self.ctx, self.ex, self.manager, self.request = ctx, ex, manager, request
         self.pool: SharedPool | None = None
+        self.lens: list[int] = []  # seq_len at each read so far
 
     def set(self, table: list[int], seq_len: int, write: int, rebind: bool = False) -> None:
         """The request's table and length, and the pool's values (in place, or a new tensor)."""
@@ -237,12 +241,14 @@ def _read(ctx: ItemContext, cache: _Cache, table: list[int], seq_len: int, write
         what = f"{error.get('type')}: {str(error.get('message'))[:300]}"
         return Problem(index, f"get_physical_cache 意外抛出 {what}", f"get_physical_cache raised {what}", Text("返回一个张量", "a tensor returned"), what, [], "error")
     ctx.kept.add(key, tensor_digest(reply.value), f"read {index + 1}")
-    problem = _answer(ctx, reply, cache.ex, table, seq_len, write, index)
+    problem = _answer(ctx, reply, cache.ex, table, seq_len, write, index, cache.lens)
+    cache.lens.append(seq_len)
     # Right values from a read that changed state: the values count, the frame fails table order.
     return problem or cache.frame(table, seq_len, reply.state, index) or earlier
 
 
-def _answer(ctx: ItemContext, reply: Reply, ex: Example, table: list[int], seq_len: int, write: int, index: int) -> Problem | None:
+def _answer(ctx: ItemContext, reply: Reply, ex: Example, table: list[int], seq_len: int, write: int, index: int,
+            earlier_lens: list[int]) -> Problem | None:
     pool = pool_values(ex, table, seq_len, write)
     positions = np.arange(seq_len)
     want = pool[np.asarray(table, dtype=np.int64)[positions // ex.block_size], positions % ex.block_size]
@@ -259,6 +265,9 @@ def _answer(ctx: ItemContext, reply: Reply, ex: Example, table: list[int], seq_l
             str(list(want.shape)),
             str(list(answer.shape)),
             [shape_check],
+            cut_only=(cut := _cut_only(answer, pool, ex, table, seq_len)),
+            as_before=cut is not None and cut in earlier_lens,
+            table=list(table),
         )
     out = answer.values().astype(np.float32) if answer.dtype in ("float64", "float32", "float16", "bfloat16") else None
     if out is not None and np.array_equal(out, want):
@@ -278,6 +287,33 @@ def _answer(ctx: ItemContext, reply: Reply, ex: Example, table: list[int], seq_l
         [shape_check, ("torch.equal(out.float(), expected())", f"row {bad} should be block {block} slot {slot}: expected {{expected()[{bad}].tolist()}}, got {{out[{bad}].tolist()}}", f"第 {bad} 行应来自块 {block} 槽 {slot}：期望 {{expected()[{bad}].tolist()}}，实际 {{out[{bad}].tolist()}}")],
         same_slots=same_slots,
     )
+
+
+def _only_the_read(ex: Example, read: int) -> Example:
+    """`ex` up to its read number `read`, without the reads before it."""
+    events: list[tuple[str, int]] = []
+    reads = 0
+    for kind, n in ex.events:
+        if kind == "read":
+            if reads == read:
+                break
+            reads += 1
+            continue
+        events.append((kind, n))
+    return replace(ex, events=(*events, ("read", 0)))
+
+
+def _cut_only(answer: Array, pool: np.ndarray, ex: Example, table: list[int], seq_len: int) -> int | None:
+    """The answer's row count when its rows are the table's slots in table order (NaN where the
+    pool holds it), cut at another length than seq_len: the shape rule broken, and nothing else.
+    None otherwise."""
+    if len(answer.shape) != 2 or answer.shape[1] != ex.head_dim or answer.dtype not in ("float64", "float32", "float16", "bfloat16"):
+        return None
+    rows = answer.shape[0]
+    if rows > len(table) * ex.block_size or rows == seq_len:
+        return None
+    slots = pool[np.asarray(table, dtype=np.int64)].reshape(-1, ex.head_dim)[:rows]
+    return rows if np.array_equal(answer.values().astype(np.float32), slots, equal_nan=True) else None
 
 
 def _first_bad_row(out: np.ndarray | None, want: np.ndarray) -> int:
@@ -327,10 +363,27 @@ def check_example(ctx: ItemContext, ex: Example) -> None:
         for check in problem.asserts:
             script.expect(*check)
         raise ctx.fail(problem.kind, problem.zh, problem.en, expected=problem.expected, actual=problem.actual)
-    # Whose failure is it?  Truncation's when a partial last block is needed for it to fail.
+    # Whose failure is it?  Truncation's when the rows are right and only cut at the wrong
+    # length, or when a partial last block is needed for it to fail.
     needs_tail = False
     after_others = bool(ctx.history)  # earlier examples ran in this process
-    if ex.full() != ex:
+    if problem.cut_only is not None and problem.as_before:
+        # As long as an earlier read: a result kept from before the request grew (the rule to
+        # read seq_len at the call, table order's) unless the read alone is cut the same way.
+        with ctx.side_session():
+            try:
+                alone = run_example(ctx, _only_the_read(ex, problem.read), Script(), count=False)
+            except CheckFailure:
+                alone = None
+        if alone is None or alone.cut_only is None:
+            problem.cut_only = None
+    if problem.cut_only is not None:
+        # Every row right, in table order, only cut at the wrong length: the shape rule is
+        # truncation's (a read of more than one block in another order counts for table order).
+        needs_tail = True
+        if problem.cut_only > ex.block_size and len(problem.table) > 1 and problem.table != sorted(problem.table):
+            ctx.count(ORDER)
+    elif ex.full() != ex:
         with ctx.side_session():
             try:
                 alone = not after_others or run_example(ctx, ex, Script(), count=False) is not None

@@ -1,4 +1,5 @@
 # corpus: expect-fail todo4
+# breaks: todo4.truncate
 # mistake: cuts off block_size - seq_len % block_size tail slots, which drops a whole block when seq_len is a multiple of block_size
 """PagedAttention exercise (solution)."""
 

@@ -1,4 +1,5 @@
 # corpus: expect-fail todo4
+# breaks: todo4.truncate
 # mistake: takes seq_len % block_size rows of the last block, which is 0 when seq_len is an exact multiple of block_size, so the whole last block is dropped on block boundaries.
 """PagedAttention exercise (template)."""
 

@@ -1,4 +1,5 @@
 # corpus: expect-fail todo4
+# breaks: todo4.truncate
 # mistake: Cuts the last block to seq_len % block_size tokens, which is 0 (an empty last block) at exact multiples.
 """PagedAttention exercise."""
 
