@@ -73,7 +73,9 @@ NAMED = {"todo5_gqa_head_modulo", "todo5_gqa_repeat_tile", "todo5_no_scale", "to
          # one mistake, one item where several features are on; a cache keyed by id() of a dropped request
          "todo5_rt13_position_mask_in_query_dtype", "todo3_rt9_capacity_cache_by_object_id",
          # the last block dropped at exact multiples is truncation's; the first block alone, table order's
-         "todo4_rt3_tail_mod", "todo4_first_block_only"}
+         "todo4_rt3_tail_mod", "todo4_first_block_only",
+         # scale 0 over a padded batch, a negative scale over logits in the hundreds
+         "todo5_rt14_mask_before_scale_padded", "todo5_rt14_max_of_unscaled_logits"}
 
 
 def sampled(paths: list[Path]) -> list[Path]:
