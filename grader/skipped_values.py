@@ -35,6 +35,7 @@ from __future__ import annotations
 import __future__
 
 import ast
+import re
 from dataclasses import dataclass, field
 
 from grader.cells import parse_cell
@@ -44,6 +45,8 @@ from grader.submission import Cell
 VALUE_MAGICS = frozenset({"sx", "system"})  # line magics whose value is a command's output
 SHELL_CELL_MAGICS = frozenset({"bash", "sh", "script", "perl", "ruby", "python", "python2", "python3", "pypy", "sx", "system", "!"})
 DISPLAYED = frozenset({"_", "__", "___", "Out", "_oh"})  # what a displayed value is kept as
+DISPLAY_NUMBER = re.compile(r"_\d+")  # and as `_N`, N the cell's execution count
+NAMESPACE_ATTRIBUTES = frozenset({"user_ns", "user_global_ns", "output_hist", "displayhook", "_oh", "__main__"})
 SHOWN_ONLY = frozenset({"print", "display", "pprint", "repr", "str", "len", "type", "format", "sorted", "list", "tuple", "bool", "int"})
 EVERYTHING = frozenset({"exec", "eval", "compile", "__import__", "runpy"})  # a call of one of these with such a value may bind any name
 NAMESPACES = frozenset({"globals", "locals", "vars"})  # globals()[k] = v, globals().update(...)
@@ -397,7 +400,24 @@ def _tainting(expression: ast.AST | None, source: Source, tainted: set[str]) -> 
     if expression is None:
         return False
     reads = source.file_reads or set()
-    return any(n is source.node or id(n) in reads for n in ast.walk(expression)) or bool(_loads(expression) & tainted)
+    return any(n is source.node or id(n) in reads or _reads_displayed(n, source) for n in ast.walk(expression)) or bool(
+        _loads(expression) & tainted)
+
+
+def _reads_displayed(node: ast.AST, source: Source) -> bool:
+    """A read of a displayed value by another way than `_` or `Out` (red team 14): `_3` (IPython
+    keeps the value of cell 3's display as `_3`, whatever number Jupyter gives it), the
+    namespace (`get_ipython().user_ns`, `globals()`, `vars()`, `sys.modules`, `__main__`), the
+    output history (`displayhook`, `output_hist`), or code run from a string (`eval("_1")`)."""
+    if "_" not in source.names:
+        return False
+    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+        return DISPLAY_NUMBER.fullmatch(node.id) is not None or node.id == "__main__"
+    if isinstance(node, ast.Attribute):
+        return node.attr in NAMESPACE_ATTRIBUTES or _namespace(node)
+    if isinstance(node, ast.Call):
+        return isinstance(node.func, ast.Name) and node.func.id in NAMESPACES | EVERYTHING
+    return False
 
 
 def _taints(statement: ast.stmt, source: Source, tainted: set[str], functions: dict[str, ast.AST]) -> tuple[set[str], bool]:
@@ -462,7 +482,8 @@ def _reads(statements: list[tuple[int, ast.stmt]], source: Source, tainted: set[
     for index, statement in statements:
         plain = isinstance(statement, (ast.Expr, ast.Assign)) and statement.value is source.node
         for node in ast.walk(statement):
-            if id(node) in (source.file_reads or set()) or (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in tainted) or (node is source.node and not plain):
+            if id(node) in (source.file_reads or set()) or (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in tainted) or (
+                    node is source.node and not plain) or _reads_displayed(node, source):
                 where = (index, getattr(node, "lineno", 0))
                 if where not in found:
                     found.append(where)

@@ -42,6 +42,13 @@ RIGHT = "def paged_attention(q, k, v, b, s):\n    return q"
         # a later cell in a syntax of an earlier cell's `from __future__` (red team 13: `<>` hid the branch)
         (("from __future__ import barry_as_FLUFL", "out = !echo hi", "if out <> []:\n    pass\nelse:\n    " + RIGHT.replace("\n", "\n    ")), ["todo5"]),
         (("from __future__ import barry_as_FLUFL", "out = !echo hi\nif out <> []:\n    pass\nelse:\n    " + RIGHT.replace("\n", "\n    ")), ["todo5"]),
+        # a displayed value read by another name than `_` or Out (red team 14)
+        (("!!echo hi", "stub = bool(_1)", "def paged_attention(q, k, v, b, s):\n    if stub:\n        raise NotImplementedError\n    return q"), ["todo5"]),
+        (("!!echo hi", "stub = bool(get_ipython().user_ns['_'])", "def paged_attention(q, k, v, b, s):\n    return None if stub else q"), ["todo5"]),
+        (("!!echo hi", "stub = bool(globals()['_'])", "def paged_attention(q, k, v, b, s):\n    return None if stub else q"), ["todo5"]),
+        (("!!echo hi", "import sys", "stub = bool(sys.modules['__main__']._)", "def paged_attention(q, k, v, b, s):\n    return None if stub else q"), ["todo5"]),
+        (("!!echo hi", "stub = bool(eval('_1'))", "def paged_attention(q, k, v, b, s):\n    return None if stub else q"), ["todo5"]),
+        (("!!echo hi", "stub = bool(get_ipython().displayhook.shell.history_manager.output_hist)", "def paged_attention(q, k, v, b, s):\n    return None if stub else q"), ["todo5"]),
     ],
 )
 def test_definitions_that_may_depend_on_a_skipped_value_cost_their_todo(cells: tuple[str, ...], todos: list[str]) -> None:
@@ -57,6 +64,7 @@ def test_definitions_that_may_depend_on_a_skipped_value_cost_their_todo(cells: t
         ("!make", "if _exit_code:\n    print('build failed')", RIGHT),
         ("%%bash\nls -la", RIGHT),
         ("gpu = !nvidia-smi -L", "display(gpu)", "for line in gpu:\n    print(line)", RIGHT),
+        ("!!nvidia-smi -L", "x = 3", "_2 = x", RIGHT),  # a displayed value, and `_N` names bound, never read from it
     ],
 )
 def test_a_skipped_value_only_shown_costs_nothing(cells: tuple[str, ...]) -> None:

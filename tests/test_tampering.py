@@ -593,3 +593,33 @@ def test_a_plain_attribute_is_read_and_written_here_and_nothing_else_is() -> Non
     strange = _Plain()
     setattr(strange, type("Name", (str,), {})("x"), 1)  # a key that is not a plain str: not read here
     assert READINGS.plain_attribute(strange, "free_blocks") == (False, None)
+
+
+def test_a_broken_edit_costs_the_items_of_its_session() -> None:
+    records = tampering.collect([], [("todo1", ["broken", "edit_kept", "", False, True])])
+    assert [(r.kind, r.scopes, r.denied) for r in records] == [("broken", ["todo1"], False)]
+    assert "edit_kept" in records[0].message.en and "edit_kept" in records[0].message.zh
+
+
+@pytest.mark.slow
+def test_the_callers_edit_failing_is_tampering_not_nothing_to_see(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Red team 14 wrote the bytes of the worker's `edit` (raw memory), so that the caller's edit of a
+    ledger failed, and a cached ledger kept its points ("nothing to see").  The edit runs none of
+    the submission's code: a failure there is the grader's code changed, flagged, and TODO 1 pays nothing."""
+    from grader.config import load_config
+    from grader.grade import grade_path
+    from grader.sandbox import session as session_module
+    from grader.sandbox.protocol import Reply
+
+    real = session_module.Session.call
+
+    def broken_edit(self: Any, op: str, timeout: float | None = None, **fields: Any) -> Reply:
+        reply = real(self, op, timeout, **fields)
+        return Reply(ok=False, error={"type": "RuntimeError", "message": "x"}) if op == "edit_kept" else reply
+
+    monkeypatch.setattr(session_module.Session, "call", broken_edit)
+    result = grade_path(Path(__file__).parent.parent / "reference" / "paged_attention.py", load_config(), "cpu", alone=True)
+    assert [t.kind for t in result.tampering] == ["broken"], result.tampering
+    todo1 = [i for i in result.items if i.todo == "todo1"]
+    assert todo1 and all(i.status == "failed" and i.failure and i.failure.kind == "integrity" for i in todo1)
+    assert all(i.status == "passed" for i in result.items if i.todo in ("todo4", "todo5") and i.id != "todo5.cuda")

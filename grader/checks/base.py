@@ -253,6 +253,10 @@ class ItemContext:
         except WorkerLost as lost:
             raise Abort(lost_failure(lost, self.script, self.config)) from None
 
+    def broken(self, detail: str) -> None:
+        """The grader's code in the worker failed where it cannot fail (Session.note_broken)."""
+        self.session().note_broken(detail)
+
     # -- verdicts -------------------------------------------------------------------------
     def focused(self, prop: str) -> bool:
         """Whether a violation of `prop` fails this run (in a survey, none does)."""

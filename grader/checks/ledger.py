@@ -133,7 +133,10 @@ def check_calls(ctx: ItemContext, calls: tuple[tuple[dict[str, int], str], ...],
             edited_any = True
             ctx.kept.forget(key)
             if not ctx.call("edit_kept", key=key).ok:
-                return  # the result cannot be changed as a dict: nothing to see
+                # The edit runs none of the submission's code (dict and list slots, called directly):
+                # it fails only where the grader's code in the worker was changed.
+                ctx.broken("edit_kept")
+                return
             if zeroed is not None:  # what the caller left in it: a later call must not change that either
                 ctx.kept.add(key, plain_digest(zeroed), f"call {number}")
                 script.add(f"ledger{number}, saved{number} = ledger, copy.deepcopy(ledger)", "what the caller left in it, and a copy",

@@ -113,6 +113,12 @@ class Session:
             state=reply.get("state") if isinstance(reply.get("state"), dict) else None,
         )
 
+    def note_broken(self, detail: str) -> None:
+        """The grader's own code in the worker failed where no code of the submission's runs and
+        nothing can fail: it was changed (its memory written).  Tampering ("broken"), in this
+        session's scope."""
+        self._note_tamper([["broken", detail, "", False, True]])
+
     def attach(self, sink: list[tuple[str, list[Any]]], scope: str) -> None:
         """Send what was and will be denied or refused in this session to `sink`, as `scope`'s (an item, a TODO)."""
         self.sink, self.scope = sink, scope

@@ -250,6 +250,9 @@ def arm_machinery(key, path, namespace):
     finally:
         for name in MACHINERY:
             sys.modules.pop(f"_pa_grader_{name}", None)
+        # The compiled code is the grader's own: once executed, nothing of this module keeps it
+        # (a cell walking frames to main()'s globals found it, and wrote its bytes; red team 14).
+        MACHINERY.clear()
     ready, number = _thread.allocate_lock(), [None]
     ready.acquire()
     seeds = [random.seed, torch.manual_seed] + ([sys.modules["numpy"].random.seed] if "numpy" in sys.modules else [])
