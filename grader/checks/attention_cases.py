@@ -404,8 +404,10 @@ def _with_features(case: Case, on: Callable[[str], bool], pick: Pick, number: Nu
         case = replace(case, dtype=pick("dtype", ["float16", "bfloat16"]))
     if on(SCALE):
         style = pick("scale style", ["keyword", "positional"])
-        # Any float: 0.0 (uniform weights) and negative ones too, as the contract says.
-        scale = pick("scale", [0.05, 0.3, 1.0, 2.0, round(1 / math.sqrt(case.head_dim), 6), 0.0, -0.3, -1.0])
+        # Any float: negative ones too, as the contract says.  Not 0.0 (uniform weights, its own
+        # corners): there the logits do not count, so a scale applied twice, or to the wrong
+        # thing, is right, and such cases would pay the feature items for it.
+        scale = pick("scale", [0.05, 0.3, 1.0, 2.0, round(1 / math.sqrt(case.head_dim), 6), -0.3, -1.0])
         # Logits in the hundreds test the softmax's stability in float32.  Not in float16 or
         # bfloat16: there a computation in the dtype itself (accepted: dense.tolerance) rounds
         # such a logit by 0.05 to 0.5, as rounding its inputs to the dtype would move it, and a

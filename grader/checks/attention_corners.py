@@ -97,6 +97,9 @@ def _fixed(item_id: str, device: str) -> list[list[Case]]:
             [r(_PLAIN, seq_lens=(512,), block_size=1, head_dim=8, dtype="bfloat16", offset=1.0, salt=61)],
             [r(_PLAIN, seq_lens=(400, 37), block_size=2, head_dim=16, dtype="bfloat16", offset=1.0, salt=62)],
             [r(_PLAIN, seq_lens=(300,), block_size=3, head_dim=8, dtype="float16", offset=1.0, salt=63)],
+            # past 256 tokens positions round in bfloat16 (a mask built in the query's dtype drops tokens)
+            [r(_PLAIN, seq_lens=(333,), block_size=16, head_dim=8, dtype="bfloat16", padding=1, poison=True, salt=3)],
+            [r(_PLAIN, seq_lens=(301,), block_size=7, head_dim=8, dtype="bfloat16", scale=1.0, scale_style="keyword", padding=1, poison=True, salt=2)],
             # no sequences: still the query's dtype
             [r(_PLAIN, seq_lens=(), block_size=2, head_dim=4, num_kv_heads=2, group=2, dtype="bfloat16")],
         ],
