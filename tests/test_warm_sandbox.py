@@ -168,7 +168,31 @@ def test_a_warm_worker_is_what_a_cold_one_is(template: warm.Template) -> None:
     assert cmdline[:5] == command and cmdline[5] == "--template" and cmdline[6].isdigit() and cmdline[7:] == [""], cmdline
     assert set(cold) == set(warmed)
     differing = sorted(k for k in cold if cold[k] != warmed[k])
-    assert differing == [], {k: (cold[k], warmed[k]) for k in differing}
+    assert differing == [], {k: _difference(cold[k], warmed[k]) for k in differing}
+
+
+def test_what_the_judge_ignores_or_blocks_is_not_the_cells() -> None:
+    """SIG_IGN and the signal mask pass through exec: a judge that ignores SIGHUP and blocks SIGUSR1
+    (nohup, a batch runner, a test harness) must not give its cells a process that does too."""
+    ignored = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1])
+    try:
+        out, _, _, box = _load([*SOLUTION, PROBE], None)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        signal.signal(signal.SIGHUP, ignored)
+    facts = _facts(out, box)
+    assert facts["blocked"] == []
+    assert facts["signals"]["SIGHUP"] == repr(signal.SIG_DFL)
+    assert facts["signals"]["SIGINT"] == repr(signal.default_int_handler)
+    assert facts["signals"]["SIGPIPE"] == facts["signals"]["SIGXFSZ"] == repr(signal.SIG_IGN)
+
+
+def _difference(cold: object, warmed: object) -> object:
+    """Of two dictionaries, only the keys whose values differ (a long one is cut in the report)."""
+    if isinstance(cold, dict) and isinstance(warmed, dict):
+        return {k: (cold.get(k), warmed.get(k)) for k in sorted(set(cold) | set(warmed), key=str) if cold.get(k) != warmed.get(k)}
+    return (cold, warmed)
 
 
 def test_nothing_of_one_submission_reaches_the_next(template: warm.Template) -> None:

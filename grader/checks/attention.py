@@ -370,7 +370,9 @@ def check_history(ctx: ItemContext, history: list[Case]) -> None:
         for item, feature in FEATURE_OF.items():
             if case.has(feature):
                 ctx.count(item)
-        if not called.changed:
+        if not called.changed and max(case.seq_lens, default=0) > 1:
+            # Evidence only where the result weighed several tokens: an empty batch, or sequences of
+            # one token (the answer is that token's value), leave inputs alone without computing anything.
             ctx.count(INPUTS + ":clean")
         if several:
             script.add("outs.append((out, out.clone()))")
@@ -464,7 +466,7 @@ NEEDS = {
     item: [Need(item, MIN_PASSED, "这一性质被检查的调用不够多（其余调用因为其他问题失败）", "too few calls could check this property (the others failed for other reasons)")]
     for item in (BASE, *FEATURE_OF, CUDA)
 }
-NEEDS[INPUTS] = [Need(INPUTS + ":clean", MIN_PASSED, "结果正确且未修改输入的调用不够多", "too few calls returned a correct result without touching their inputs")]
+NEEDS[INPUTS] = [Need(INPUTS + ":clean", MIN_PASSED, "对多于一个 token 的序列结果正确且未修改输入的调用不够多", "too few calls returned a correct result over sequences of more than one token without touching their inputs")]
 
 
 def check_attention(ctx: ItemContext) -> Failure | None:

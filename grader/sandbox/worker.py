@@ -281,6 +281,7 @@ def main(plan, forked=False):
     if forked:
         own_inherited_memory()
     _prepare()
+    _signals_as_python_starts()
     import torch
 
     control = connect(path)
@@ -321,6 +322,22 @@ def main(plan, forked=False):
                 park()
             finally:
                 _exit(0)
+
+
+def _signals_as_python_starts():
+    """Every signal as a fresh Python has it under a parent that ignores and blocks nothing.  What
+    the judge ignored or blocked passes through exec and what the template set through fork: the
+    cells must see neither (a cold and a warm worker alike)."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    for sig in signal.valid_signals():
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):
+            try:
+                signal.signal(sig, signal.SIG_DFL)
+            except (OSError, ValueError):
+                pass  # one the C library keeps for itself
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(sig, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _prepare():
@@ -418,9 +435,6 @@ def _as_fresh_worker(request, fds):
         sys.modules["tempfile"].tempdir = None  # found again from TMPDIR, as in a fresh process
     sys.argv = [os.path.abspath(__file__)]
     sys.orig_argv[:] = sys.orig_argv[:5]  # python -u -s -P worker.py, less --template and its descriptor
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # as Python starts
     sys.modules.pop("_pa_sandbox_forkserver", None)
     try:
         main(plan, forked=True)
