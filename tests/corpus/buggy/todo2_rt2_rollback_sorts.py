@@ -1,5 +1,5 @@
-# corpus: expect-pass
-# style: pops blocks one by one and on OOM rolls back by extending and sorting (the given release keeps the free list sorted, so the API never sees a difference)
+# corpus: expect-fail todo2
+# mistake: pops blocks one by one and on OOM rolls back by extending and sorting: the free list comes back sorted, not in the order it had (the notebook: an OOM leaves `free_blocks` with the same blocks in the same order, and the grader may reorder it between calls). It was in correct/ until red team 15 (the given release keeps the list sorted, so only a reordered list shows it)
 """PagedAttention exercise (solution)."""
 
 import math

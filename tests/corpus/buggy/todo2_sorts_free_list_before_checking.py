@@ -1,5 +1,5 @@
-# corpus: expect-pass
-# style: sorts the free list in place before the OOM check (the given code keeps it sorted, so this changes nothing the API can reach)
+# corpus: expect-fail todo2
+# mistake: sorts the free list in place before the OOM check, so an OOM on a list the grader reordered (legal, the notebook says) returns it sorted, not in its order. It was in correct/ until red team 15 wrote the same code as a mistake: the notebook's rule (same blocks, same order) decides
 """PagedAttention exercise."""
 
 import math
