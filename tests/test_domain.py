@@ -63,6 +63,8 @@ def simulate(program: allocation.Program) -> set[str]:
                 seen.add("prefill takes every free block of a pool of hundreds")
             if any(b >= 32768 for b in free[:need]):
                 seen.add("prefill hands out ids past 32767")
+            if need > 1024 and len(free) >= 100_000:
+                seen.add("prefill gives a table of over 1,024 blocks in a pool of 100,000")
             if block_size >= 256 and req["len"] % block_size == 1:
                 seen.add("prompt one token over a block of hundreds")
             if block_size == allocation.LARGEST_BLOCK and req["len"] % block_size == 1 and req["len"] > block_size:
@@ -254,7 +256,8 @@ def _far_seen(todo: str) -> list[set[str]]:
 
 @pytest.mark.parametrize(
     "corner",
-    ["prefill takes every free block of a pool of hundreds", "prefill hands out ids past 32767", "prefill OOM in a pool of 100,000 blocks"],
+    ["prefill takes every free block of a pool of hundreds", "prefill hands out ids past 32767", "prefill OOM in a pool of 100,000 blocks",
+     "prefill gives a table of over 1,024 blocks in a pool of 100,000"],
 )
 def test_every_grading_meets_the_far_allocator_cases_in_prefill(corner: str) -> None:
     assert all(corner in seen for seen in _far_seen("TODO 2"))

@@ -121,14 +121,15 @@ DECODE_CORNERS: tuple[Program, ...] = (
 
 FAR_POOL = 100_000  # blocks a grading's largest pool has at least
 HUNDREDS = (100, 4096)  # a pool where an exact fit is taken whole (a watermark of 1% refuses it from 100 blocks)
+BIG_TABLE = (1100, 8192)  # blocks of the huge pool's last prefill: past a cap of 1,024 blocks per sequence
 
 
 def far_programs(seed: int, todo: str) -> tuple[Program, ...]:
     """Two programs drawn from the grading's seed: a pool of 100 to 4096 blocks where every free
     block is taken at once (an exact fit), and a pool of 100,000 to 125,000 blocks, its free list
     shuffled, where blocks with ids in the tens of thousands are handed out and the pool is
-    refused (prefill: far too many blocks asked; decode: the whole pool held).  Block sizes are
-    small there, so that the pool tensor stays small."""
+    refused (prefill: far too many blocks asked, then a table of thousands of blocks; decode: the
+    whole pool held).  Block sizes are small there, so that the pool tensor stays small."""
     rng = random.Random(f"allocation far cases {todo} {seed}")
     hundreds = max(HUNDREDS[0], int(2 ** rng.uniform(math.log2(HUNDREDS[0]), math.log2(HUNDREDS[1]))))
     huge = rng.randint(FAR_POOL, FAR_POOL * 5 // 4)
@@ -165,11 +166,15 @@ def _far_prefill_hundreds(rng: random.Random, n: int) -> Program:
 def _far_prefill_huge(rng: random.Random, n: int) -> Program:
     bs = rng.choice([1, 2, 4])
     # Four calls (each reads back the whole free list): blocks with ids anywhere in the pool,
-    # more than the whole pool (an OOM with every block free but a few), then blocks again.
+    # more than the whole pool (an OOM with every block free but a few, the list shuffled: it must
+    # come back in the same order), then a table past any small cap (a thousand to 8,192 blocks:
+    # `max_blocks_per_seq = 1024` refuses it; a pop(0) loop or a set difference takes it well
+    # inside a call's 10 s).
+    big = int(2 ** rng.uniform(math.log2(BIG_TABLE[0]), math.log2(BIG_TABLE[1])))
     return (("pool", n, bs, 1), ("permute", _affine(rng, n)),
             ("new", _tokens(rng, rng.randint(4, 16), bs), 0), ("prefill", 0),
             ("new", (n + 1) * bs, 1), ("prefill", 1),
-            ("new", _tokens(rng, rng.randint(2, 64), bs), 2), ("prefill", 2))
+            ("new", _tokens(rng, big, bs), 2), ("prefill", 2))
 
 
 def _far_decode_hundreds(rng: random.Random, n: int) -> Program:
