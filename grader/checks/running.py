@@ -166,16 +166,18 @@ def _explore_rounds(ctx: ItemContext, explore: Explore, items: Sequence[str]) ->
     A focused run (an item the survey saw fail) needs one round: it looks for the failure.
     """
     evidence = ctx.config.evidence
-    before: list[int] = []
+    before: dict[str, int] = {}
     for round_ in range(evidence.max_rounds if ctx.focus is None or len(items) > 1 else 1):
         # An item whose property broke needs no more evidence: its own run finds the failure.
         lacking = [item for item in items if item not in ctx.recorded and ctx.evidence[item] < evidence.minimum(item)]
         short = [evidence.minimum(item) - ctx.evidence[item] for item in lacking]
         if round_ and not short:
             break
-        now = [ctx.evidence[item] for item in lacking]
-        if round_ > 1 and now == before[: len(now)]:
-            break  # the last round added nothing where it was lacking: more would not either
+        now = {item: ctx.evidence[item] for item in lacking}
+        if round_ > 1 and all(before.get(item) == count for item, count in now.items()):
+            # The last round added nothing to any item still lacking (compared item by item: the
+            # lacking ones change from round to round): more would not either.
+            break
         before = now
         examples = 0 if round_ == 0 else max(8, max(short))  # 0: the plan's configured number
         failure = _explore(ctx, lambda round_=round_, examples=examples: explore(round_, examples))
