@@ -359,7 +359,7 @@ class Pool(ContractState, PoolScript):
                 f"改动了其他请求 {o.others_changed}",
                 f"it changed other requests: {o.others_changed}",
                 [b for name in o.others_changed for b in after.requests[name][1]],
-                *unchanged(before, after, True, o.others_changed),
+                *unchanged(before, after, o.others_changed),
             )
         elif bad := sorted(set(misplaced(after, self.num_blocks)) - set(misplaced(before, self.num_blocks))):
             # Only what this call misplaced: a block lost by an earlier call (another item's
@@ -408,7 +408,7 @@ class Pool(ContractState, PoolScript):
         else:
             zh = f"{where_zh}：OOM 之后状态被改动了，应当与调用前完全相同（原子性 / 回滚）"
             en = f"{where}: the failed call changed state; it must leave everything exactly as before (atomicity / rollback)"
-            expected, actual = unchanged(o.before, o.after, True)
+            expected, actual = unchanged(o.before, o.after)
         call = [
             Line("try:"),
             Line(f"    {o.step}"),

@@ -27,20 +27,13 @@ def fields(state: State) -> dict[str, list[int] | int]:
     return out
 
 
-def _same(name: str, want: list[int] | int | None, got: list[int] | int | None, free_order: bool) -> bool:
-    if name == "free_blocks" and not free_order and isinstance(want, list) and isinstance(got, list):
-        return sorted(want) == sorted(got)
-    return want == got
-
-
-def differing(want: State, got: State, free_order: bool = True, names: list[str] | None = None) -> list[str]:
-    """The fields whose values differ (`names`: only requests of these names); free_order=False:
-    the free list compared as a set of blocks (the order is the submission's own business)."""
+def differing(want: State, got: State, names: list[str] | None = None) -> list[str]:
+    """The fields whose values differ, the free list's order included (`names`: only requests of these names)."""
     a, b = fields(want), fields(got)
     keys = [k for k in a if k in b] + [k for k in b if k not in a]
     if names is not None:
         keys = [k for k in keys if k.split(".")[0] in names]
-    return [k for k in keys if not _same(k, a.get(k), b.get(k), free_order)]
+    return [k for k in keys if a.get(k) != b.get(k)]
 
 
 def show(state: State, keys: list[str]) -> str:
@@ -48,15 +41,13 @@ def show(state: State, keys: list[str]) -> str:
     return ", ".join(f"{k}={values.get(k, '-')}" for k in keys)
 
 
-def unchanged(before: State, after: State, free_order: bool, names: list[str] | None = None) -> tuple[Text, Text]:
+def unchanged(before: State, after: State, names: list[str] | None = None) -> tuple[Text, Text]:
     """Expected and actual for a call that must change nothing: the fields it changed, before and after."""
-    keys = differing(before, after, free_order, names)
+    keys = differing(before, after, names)
     if not keys:
         return Text("状态不变", "the state unchanged"), Text("状态不变", "the state unchanged")
     was, now = show(before, keys), show(after, keys)
-    any_order = "（顺序不限）" if "free_blocks" in keys and not free_order else ""
-    any_order_en = " (in any order)" if "free_blocks" in keys and not free_order else ""
-    return Text(f"与调用前相同：{was}{any_order}", f"as before the call: {was}{any_order_en}"), Text(now, now)
+    return Text(f"与调用前相同：{was}", f"as before the call: {was}"), Text(now, now)
 
 
 def changes(before: State, after: State) -> Text:
