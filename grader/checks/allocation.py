@@ -145,7 +145,7 @@ def _affine(rng: random.Random, n: int) -> tuple[int, ...]:
     while math.gcd(a, n) != 1:
         a += 1
     b = rng.randrange(n // 2, n)
-    return tuple((a * i + b) % n for i in range(n))
+    return tuple([(a * i + b) % n for i in range(n)])
 
 
 def _tokens(rng: random.Random, blocks: int, block_size: int) -> int:

@@ -518,7 +518,7 @@ def _indices(indices: list[int]) -> str:
     if len(set(indices)) == 1:
         return f"[{indices[0]}] * {n}"
     a, b = (indices[1] - indices[0]) % n, indices[0]
-    if all(x == (a * i + b) % n for i, x in enumerate(indices)):
+    if list(indices) == [(a * i + b) % n for i in range(n)]:
         return f"(({a} * i + {b}) % {n} for i in range({n}))"
     return repr(tuple(indices))
 

@@ -10,6 +10,7 @@ block.  Used by the judge's model of the allocator (grader/checks/pool.py).
 from __future__ import annotations
 
 from collections import Counter
+from itertools import chain
 from typing import TYPE_CHECKING
 
 from grader.results import Text
@@ -61,7 +62,7 @@ def changes(before: State, after: State) -> Text:
 
 def misplaced(state: State, num_blocks: int) -> list[int]:
     """Blocks not in exactly one place (the free list or one block table), and out-of-range ones."""
-    everywhere = [*state.free, *(b for _, table in state.requests.values() for b in table)]
+    everywhere = [*state.free, *chain.from_iterable(table for _, table in state.requests.values())]
     if len(everywhere) == num_blocks and len(set(everywhere)) == num_blocks and (
             not everywhere or (min(everywhere) >= 0 and max(everywhere) < num_blocks)):
         return []  # each of the pool's blocks exactly once (most states: a quick answer for pools of 100,000)
