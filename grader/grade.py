@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grader import environment, given_code, integrity, seeds, skipped_values, tampering
+from grader import environment, given_code, integrity, judge_fork, seeds, skipped_values, tampering
 from grader.config import Config, RubricItem
 from grader.draws import pin_local_constants
 from grader.folder import plan as plan_folder
@@ -150,12 +150,18 @@ def grade_submission(submission: Submission, config: Config, device: str, todos:
         groups = _balanced(list(by_todo), 2)
         run = functools.partial(_run_todos, by_todo=by_todo, checks=CHECKS, required_names=REQUIRED_NAMES,
                                 sandbox=sandbox, report=report, config=config, device=device, deadline=deadline, grading=grading)
-        # The given code's checks take the place of whichever group finishes first.
+        # The given code's checks take the place of whichever group finishes first.  Where it
+        # pays, the last group is graded in a forked copy of the judge, which has a GIL of its
+        # own (judge_fork.py); before any thread starts here, so that the copy has none.
+        copy = _fork_last_group(groups, run, sandbox, grading) if len(groups) > 1 and not report.failed else None
+        threaded = groups[:-1] if copy is not None else groups
         with _one_compile_at_a_time(), ThreadPoolExecutor(max_workers=max(1, len(groups)), thread_name_prefix="pa-grade-todos") as pool:
-            futures = [pool.submit(run, group) for group in groups]
+            futures = [pool.submit(run, group) for group in threaded]
             given = pool.submit(_given_code, submission, sandbox, report, config, deadline, grading)
             outcomes = {o.id: o for future in futures for o in future.result()}
             notes, broken = given.result()
+            if copy is not None:
+                outcomes.update({o.id: o for o in _join_copy(copy, groups[-1], run, sandbox, grading, deadline)})
         # In the order of their keys: findings of the TODO threads and of the given checks, whichever came first.
         result.given_code = [Failure("given_changed", note) for note in notes] + [grading.given[key] for key in sorted(grading.given)] + broken
         result.items = [outcomes[item.id] for item in wanted]
@@ -209,6 +215,33 @@ class _SerialCompile:
 
 _one_compile_at_a_time = _SerialCompile()
 
+
+def _fork_last_group(groups: list[list[str]], run: Callable[[list[str]], list[ItemResult]], sandbox: Sandbox,
+                     grading: Grading) -> judge_fork.Copy | None:
+    if not judge_fork.available():
+        return None
+    lock = judge_fork.TokenLock()
+    sandbox.share_sessions(lock)
+    try:
+        return judge_fork.Copy(functools.partial(run, groups[-1]), sandbox, grading, lock)
+    except OSError:  # no fork (out of processes): the threads grade it
+        sandbox.share_sessions(threading.Lock())
+        lock.close()
+        return None
+
+
+def _join_copy(copy: judge_fork.Copy, group: list[str], run: Callable[[list[str]], list[ItemResult]], sandbox: Sandbox,
+               grading: Grading, deadline: float) -> list[ItemResult]:
+    """The copy's items, or, where the copy failed (the worker gone, a crash), the group graded here."""
+    result = copy.join(deadline + JOIN_GRACE_S)
+    sandbox.share_sessions(threading.Lock())  # the copy has ended: the judge's threads alone
+    copy.lock.close()
+    if result is not None:
+        return judge_fork.merge(result, sandbox, grading)
+    return run(group)
+
+
+JOIN_GRACE_S = 30.0  # past the submission's deadline, the copy's items end on their own budgets first
 
 # Rough cost of each TODO's checks, to split them evenly between the two threads.
 COST = {"todo1": 1, "todo2": 4, "todo3": 3, "todo4": 1, "todo5": 3}

@@ -48,6 +48,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -190,7 +191,9 @@ class Sandbox:
         self._zygote_pid = 0
         self._captures: list[tuple[OutputCapture, OutputCapture]] = []
         self._sessions = 0
-        self._session_lock = threading.Lock()
+        self._session_lock: AbstractContextManager[Any] = threading.Lock()
+        self.copy = False  # in a forked copy of the judge (grader/judge_fork.py), which never owns the worker
+        self.copy_lost = False  # that copy found the loaded worker gone (the judge restarts it, not the copy)
         self._skip: dict[int, CellOutcome] = {}
         self._total_deadline: float | None = None
 
@@ -364,8 +367,8 @@ class Sandbox:
                     return conn
                 conn.close()
             except TimeoutError:
-                if self.process is None or self.process.poll() is not None:
-                    raise WorkerLost("exited", f"the worker exited before connecting{self._last_words()}") from None
+                if self._exited():
+                    raise WorkerLost("exited", f"the worker exited before connecting{self._last_words() if not self.copy else ''}") from None
                 if not starting and not self._zygote_alive():
                     raise WorkerLost("exited", "the loaded submission is gone") from None
 
@@ -378,9 +381,14 @@ class Sandbox:
         lines = [line for line in err.text().splitlines() if line.strip()]
         return f" (status {self.process.returncode}{': ' + lines[-1][:300] if lines else ''})"
 
+    def _exited(self) -> bool:
+        """Whether the worker's process has ended.  A forked copy of the judge does not ask (the
+        process is not its child, and reaping is the judge's): its control connection tells."""
+        return self.process is None or (not self.copy and self.process.poll() is not None)
+
     def _zygote_alive(self) -> bool:
         """Whether the process that ran the cells is still there (its control connection is open)."""
-        if self.control is None or self.process is None or self.process.poll() is not None:
+        if self.control is None or self._exited():
             return False
         try:
             self.control.settimeout(0)
@@ -579,8 +587,20 @@ class Sandbox:
         with self._session_lock:
             return self._new_session(budget)
 
+    def share_sessions(self, lock: AbstractContextManager[Any]) -> None:
+        """Take `lock` around a fork order and its connection: one a forked copy of the judge shares."""
+        self._session_lock = lock
+
+    def become_copy(self, first_session: int) -> None:
+        """In a forked copy of the judge: session numbers from `first_session` on (the judge's stay
+        below), and the worker never restarted or stopped here (`copy_lost` says it would have been)."""
+        self.copy, self._sessions = True, first_session
+
     def _new_session(self, budget: Budget) -> Session:
         deadline = budget.wall_deadline
+        if self.copy and (self.copy_lost or not self._zygote_alive()):
+            self.copy_lost = True
+            raise WorkerLost("exited", "the loaded submission is gone (the judge restarts it)")
         if not self._zygote_alive():
             self._reload(deadline)
         assert self.control is not None
@@ -608,7 +628,10 @@ class Sandbox:
                 conn.close()  # not the child we asked for: someone else connected
         except WorkerLost:
             # The loaded submission did not fork (stopped, hung or dead): start it again next time.
-            self._stop_worker()
+            if self.copy:
+                self.copy_lost = True
+            else:
+                self._stop_worker()
             raise
         gid = self.uid.gid if self.uid is not None else None
         listed = hello.get("tamper") if isinstance(hello.get("tamper"), list) else []
