@@ -29,6 +29,7 @@ for what it broke itself: a block an earlier call lost is that call's item's fai
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -330,8 +331,7 @@ class Pool(ContractState, PoolScript):
         not_free = [b for b in taken if b not in free_before]
         # (the assert, message zh, en, blocks to outline, expected, actual)
         problem: tuple[Assert, str, str, list[int], Text, Text] | None = None
-        remaining = Counter(before.free)
-        remaining.subtract(taken)
+        remaining = _Remaining(before.free, taken)
         if not_free or len(set(taken)) != len(taken):
             twice = sorted({b for b in taken if taken.count(b) > 1})
             problem = (
@@ -343,12 +343,12 @@ class Pool(ContractState, PoolScript):
                 Text(f"取走 {taken}" + (f"，其中 {not_free} 调用前不空闲" if not_free else "") + (f"，{twice} 取了两次" if twice else ""),
                      f"took {taken}" + (f": {not_free} not free before the call" if not_free else "") + (f"{',' if not_free else ':'} {twice} taken twice" if twice else "")),
             )
-        elif sorted(after.free) != (want := _without(before.free, taken, remaining)):
+        elif not _lost_exactly(before.free, free_before, after.free, taken) and sorted(after.free) != (want := _without(before.free, taken, remaining.counter)):
             problem = (
                 (f"sorted(m.free_blocks) == sorted(b for b in free_before if b not in {taken_expr})", "free_blocks should lose exactly the blocks taken: {free_before} -> {m.free_blocks}", "空闲列表应当恰好去掉取走的块：{free_before} -> {m.free_blocks}"),
                 f"空闲列表应当恰好去掉取走的块：{before.free} -> {after.free}",
                 f"free_blocks should lose exactly the blocks taken: {before.free} -> {after.free}",
-                sorted(set(after.free) ^ set(remaining.elements())),
+                sorted(set(after.free) ^ set(remaining.counter.elements())),
                 Text(f"free_blocks={Listed(want)}（{before.free} 去掉取走的 {taken}，顺序不限）", f"free_blocks={Listed(want)} ({before.free} less the blocks taken, {taken}; in any order)"),
                 Text(f"free_blocks={after.free}", f"free_blocks={after.free}"),
             )
@@ -361,7 +361,7 @@ class Pool(ContractState, PoolScript):
                 [b for name in o.others_changed for b in after.requests[name][1]],
                 *unchanged(before, after, o.others_changed),
             )
-        elif bad := sorted(set(misplaced(after, self.num_blocks)) - set(misplaced(before, self.num_blocks))):
+        elif (wrong := misplaced(after, self.num_blocks)) and (bad := sorted(set(wrong) - set(misplaced(before, self.num_blocks)))):
             # Only what this call misplaced: a block lost by an earlier call (another item's
             # failure, which that item's card shows) or kept back by the given code is not this call's doing.
             everyone = self._others()
@@ -521,6 +521,26 @@ def _indices(indices: list[int]) -> str:
     if list(indices) == [(a * i + b) % n for i in range(n)]:
         return f"(({a} * i + {b}) % {n} for i in range({n}))"
     return repr(tuple(indices))
+
+
+class _Remaining:
+    """The free list less the blocks taken, as a multiset, counted only if a message needs it."""
+
+    def __init__(self, free: list[int], taken: list[int]):
+        self.free, self.taken = free, taken
+
+    @functools.cached_property
+    def counter(self) -> Counter[int]:
+        remaining = Counter(self.free)
+        remaining.subtract(self.taken)
+        return remaining
+
+
+def _lost_exactly(free: list[int], free_set: set[int], after: list[int], taken: list[int]) -> bool:
+    """Quick (sets, no sort): a free list without duplicates lost exactly the blocks taken, and
+    has no duplicate after.  False only says "look closer" (_without decides)."""
+    return (len(free_set) == len(free) and len(after) == len(free) - len(taken)
+            and len(after_set := set(after)) == len(after) and after_set == free_set.difference(taken))
 
 
 def _without(free: list[int], taken: list[int], remaining: Counter[int]) -> list[int]:
