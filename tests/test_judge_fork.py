@@ -105,3 +105,15 @@ def test_a_failed_copy_costs_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     result = grade_path(TODO3_BUG, load_config(), "cpu")
     assert _verdicts(result) == _verdicts(_threads_only(TODO3_BUG))
     assert {i.todo for i in result.items} == {"todo1", "todo2", "todo3", "todo4", "todo5"}
+
+
+def test_a_copy_that_finds_the_worker_gone_hands_its_todos_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The copy never restarts the worker (the judge owns it): it says so, and the judge grades its TODOs."""
+    original = Sandbox.become_copy
+
+    def gone(self: Sandbox, first_session: int) -> None:
+        original(self, first_session)
+        self.copy_lost = True  # as if the copy's first fork order found the loaded worker dead
+
+    monkeypatch.setattr(Sandbox, "become_copy", gone)
+    assert _verdicts(grade_path(TODO3_BUG, load_config(), "cpu")) == _verdicts(_threads_only(TODO3_BUG))
