@@ -27,6 +27,7 @@ from grader.checks.given import bound_methods
 from grader.config import load_config
 from grader.results import Failure
 from grader.sandbox.protocol import Reply, _clean_error
+from grader.sandbox.session import JUDGE_HANDLES, Session
 from tests import machinery_kit
 from tests.conftest import ROOT
 
@@ -67,13 +68,20 @@ class FakeSession:
         self.plan, self.counter = plan, counter
         self.alive = True
         self.shared_dir, self.shared_gid = shared_dir, None
+        self.pending: list[tuple[dict[str, Any], Any]] = []
+        self.handles = JUDGE_HANDLES
 
     def attach(self, sink: list[Any], scope: str) -> None:
         pass
 
-    def call(self, op: str, **fields: Any) -> Reply:
-        message = json.loads(json.dumps({"op": op, "id": 1, **fields}))
-        reply = json.loads(json.dumps(MACHINERY.answer(self.child, message), allow_nan=True))
+    def new_handle(self) -> int:
+        self.handles += 1
+        return self.handles
+
+    def defer(self, op: str, on_reply: Any = None, **fields: Any) -> None:
+        self.pending.append(({"op": op, "id": 1, **fields, **({"must_succeed": True} if on_reply else {})}, on_reply))
+
+    def _corrupt(self, reply: dict[str, Any]) -> None:
         number = self.counter[0]
         self.counter[0] += 1
         if number == self.plan.at:
@@ -81,6 +89,19 @@ class FakeSession:
                 reply["ok"] = not reply.get("ok")
             else:
                 reply[self.plan.part] = self.plan.value
+
+    def call(self, op: str, **fields: Any) -> Reply:
+        message = {"op": op, "id": 1, **fields}
+        pending, self.pending = self.pending, []
+        if pending:  # as Session.call sends them: one batch, each reply of it counted and maybe corrupted
+            message = {"op": "batch", "id": 1, "ops": [m for m, _ in pending] + [message]}
+        reply = json.loads(json.dumps(MACHINERY.answer(self.child, json.loads(json.dumps(message))), allow_nan=True))
+        if pending:
+            for sub in reply.get("value") or []:
+                self._corrupt(sub)
+            reply = Session._unbatch(self, reply, pending)  # type: ignore[arg-type]
+        else:
+            self._corrupt(reply)
         return Reply(
             ok=reply.get("ok") is True,
             value=reply.get("value"),

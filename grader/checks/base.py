@@ -197,7 +197,7 @@ class ItemContext:
         self.examples += 1
         self.script = Script()
         self.kept = Kept()
-        self.call("reseed")  # every example starts from the same random state, wherever it runs
+        self.defer("reseed")  # every example starts from the same random state, wherever it runs (sent with its first call)
         return self.script
 
     def session(self) -> Session:
@@ -252,6 +252,25 @@ class ItemContext:
             return checked(op, self.session().call(op, **fields))
         except WorkerLost as lost:
             raise Abort(lost_failure(lost, self.script, self.config)) from None
+
+    def defer(self, op: str, on_reply: Callable[[Reply], None] | None = None, **fields: Any) -> None:
+        """`op` sent ahead with the next call (Session.defer); its reply, checked against the
+        operation's schema, goes to `on_reply`, which raises where it failed."""
+        handler = None if on_reply is None else (lambda reply: on_reply(checked(op, reply)))
+        self.session().defer(op, handler, **fields)
+
+    def new_object(self, on_failure: Callable[[Reply], BaseException], **fields: Any) -> int:
+        """A constructor sent ahead with the next call (`new`), under a handle the judge chooses:
+        the handle, at once; `on_failure(reply)` is raised if the constructor failed."""
+        session = self.session()
+        handle = session.new_handle()
+
+        def made(reply: Reply) -> None:
+            if not reply.ok:
+                raise on_failure(reply)
+
+        session.defer("new", lambda reply: made(checked("new", reply)), handle=handle, **fields)
+        return handle
 
     def broken(self, detail: str) -> None:
         """The grader's code in the worker failed where it cannot fail (Session.note_broken)."""

@@ -65,13 +65,12 @@ def run_example(ctx: ItemContext, ex: Example, script: Script, count: bool = Tru
     After every read and every write, the frame: a read changes nothing (the pool, which the
     judge reads itself, and the request), and what an earlier read returned is the caller's
     (neither a later read nor a write to the pool may change it)."""
-    made = ctx.call("new", cls="KVCacheManager", kwargs={"num_blocks": ex.num_blocks, "block_size": ex.block_size, "head_dim": ex.head_dim})
-    if not made.ok:
-        raise student_error(ctx, made, "KVCacheManager(...)", LABEL)
-    req = ctx.call("new", cls="Request", kwargs={"request_id": 0, "prompt_len": ex.seq_len})
-    if not req.ok:
-        raise student_error(ctx, req, "Request(...)", LABEL)
-    cache = _Cache(ctx, ex, made.value, req.value)
+    # Both sent with the first call (the judge chooses their handles): two round trips fewer.
+    manager = ctx.new_object(lambda reply: student_error(ctx, reply, "KVCacheManager(...)", LABEL),
+                             cls="KVCacheManager", kwargs={"num_blocks": ex.num_blocks, "block_size": ex.block_size, "head_dim": ex.head_dim})
+    request = ctx.new_object(lambda reply: student_error(ctx, reply, "Request(...)", LABEL),
+                             cls="Request", kwargs={"request_id": 0, "prompt_len": ex.seq_len})
+    cache = _Cache(ctx, ex, manager, request)
     table, seq_len, write = list(ex.table), ex.seq_len, 0
     cache.set(table, seq_len, write, rebind=True)
     reads = 0

@@ -166,9 +166,11 @@ def op_new(session, msg):
     first (`del r`), with what the calls so far returned (the grave holds them), in the same job
     on the caller thread, so that the new object may be made at a forgotten one's address, as in
     a notebook (a cache keyed by `id()` shows there)."""
-    cls, kwargs, forget = msg.get("cls"), msg.get("kwargs"), msg.get("forget", [])
+    cls, kwargs, forget, wanted = msg.get("cls"), msg.get("kwargs"), msg.get("forget", []), msg.get("handle")
     if type(cls) is not str or type(kwargs) is not dict or type(forget) is not list:
         raise TypeError("a constructor call of the wrong form")
+    if wanted is not None and (type(wanted) is not int or not 0 < wanted < 1 << 31 or wanted in session["handles"]):
+        raise TypeError("a handle of the wrong form")  # the judge's own numbering (a call sent before its reply is read)
     if cls not in session["ns"]:
         raise refused({"type": "KeyError", "message": repr(cls), "not_implemented": False, "rejected_return": False,
                        "isa": ["Exception", "KeyError", "LookupError"], "traceback": ""})
@@ -180,7 +182,10 @@ def op_new(session, msg):
         session["grave"] = []
         made = calls(session, (list.clear, old), (partial(session["ns"][cls], **kwargs),))
     value = made[1] if made is not None else student_call(session, session["ns"][cls], **kwargs)
-    session["made"] = handle = session.get("made", 0) + 1  # never one of a forgotten object's
+    if wanted is None:
+        session["made"] = handle = session.get("made", 0) + 1  # never one of a forgotten object's
+    else:
+        handle = wanted
     session["handles"][handle] = value
     return handle
 
@@ -462,12 +467,33 @@ def op_kv_lab_step(session, msg):
     return reply
 
 
+def op_batch(session, msg):
+    """Requests answered in order, in one frame: the calls the judge sent ahead without waiting
+    (a constructor, a reseed), then the one it waits for.  Stops after a failed request marked
+    `must_succeed` (what follows it would use what it made)."""
+    ops = msg.get("ops")
+    if type(ops) is not list or not 0 < len(ops) <= MAX_BATCH:
+        raise TypeError("a batch of the wrong form")
+    replies = []
+    for sub in ops:
+        if type(sub) is not dict or sub.get("op") == "batch":
+            raise TypeError("a batch of the wrong form")
+        reply = answer_one(session, sub)
+        replies.append(reply)
+        if reply["ok"] is not True and sub.get("must_succeed") is True:
+            break
+    return replies
+
+
+MAX_BATCH = 64
+
+
 OPERATIONS = {
     "observe": op_observe, "reseed": op_reseed, "new": op_new, "ledger": op_ledger, "method": op_method,
     "get_cache": op_get_cache, "attention": op_attention, "share_pool": op_share_pool, "set_pool": op_set_pool,
     "edit_kept": op_edit_kept, "permute": op_permute, "place": op_place, "set_table": op_set_table,
     "manager_meta": op_manager_meta, "request_meta": op_request_meta, "given_methods": op_given_methods,
-    "kv_lab_step": op_kv_lab_step,
+    "kv_lab_step": op_kv_lab_step, "batch": op_batch,
 }
 
 
@@ -589,6 +615,13 @@ def grader_error(error):
 
 def answer(session, msg):
     """The reply to one request of the judge (plain data), with the denials recorded since the last."""
+    reply = answer_one(session, msg)
+    reply["tamper"] = new_events(session)
+    return reply
+
+
+def answer_one(session, msg):
+    """The reply to one request, or to one request of a batch."""
     reply = {"id": msg.get("id")}
     operation = OPERATIONS.get(msg.get("op")) if type(msg.get("op")) is str else None
     try:
@@ -604,7 +637,6 @@ def answer(session, msg):
             reply["state"] = snapshot(session, msg["snapshot"])
         except BaseException as error:
             reply["state_error"] = grader_error(error)
-    reply["tamper"] = new_events(session)
     return reply
 
 

@@ -16,6 +16,7 @@ import secrets
 import signal
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from grader.sandbox.clock import Budget, CallClock
 from grader.sandbox.protocol import BudgetExceeded, Forged, Reply, WorkerLost, _clean_error, _recv_signed, _send
 
 ATTENTION_INPUTS = ("query", "key_cache", "value_cache", "block_tables", "seq_lens")
+JUDGE_HANDLES = 1 << 24  # handles the judge chooses start above this; the worker's own count from 1
 
 
 @dataclass
@@ -50,6 +52,9 @@ class Session:
     _next_id: int = field(default=0)
     _frames: int = field(default=1)
     _caches: _SharedInputs | None = field(default=None)  # the file holding the current example's caches
+    # Requests sent with the next call, in its frame (defer), each with what reads its reply.
+    _pending: list[tuple[dict[str, Any], Callable[[Reply], None] | None]] = field(default_factory=list)
+    _handles: int = field(default=JUDGE_HANDLES)  # the last object handle the judge chose (new_handle)
 
     def __post_init__(self) -> None:
         self.budget.session_started(self.pid)
@@ -58,6 +63,26 @@ class Session:
     def deadline(self) -> float:
         """The wall-clock moment the item's budget ends at the latest (monotonic)."""
         return self.budget.wall_deadline
+
+    def new_handle(self) -> int:
+        """A handle for an object a deferred constructor makes (the worker numbers its own below these)."""
+        self._handles += 1
+        return self._handles
+
+    def defer(self, op: str, on_reply: Callable[[Reply], None] | None = None, **fields: Any) -> None:
+        """Send `op` in the next call's frame, ahead of it, instead of a round trip of its own:
+        for a request nothing waits on (a reseed; a constructor whose handle the judge chose).
+        Its reply goes to `on_reply` before that call returns; if it failed, the worker runs
+        nothing after it (`must_succeed`), and `on_reply` is expected to raise."""
+        if op in ("attention", "batch"):
+            raise ValueError(f"{op} cannot be deferred")
+        self._next_id += 1
+        if op == "reseed":
+            self._drop_caches()  # a new example: the worker lets go of its caches too
+        message = {"op": op, "id": self._next_id, **fields}
+        if on_reply is not None:
+            message["must_succeed"] = True
+        self._pending.append((message, on_reply))
 
     def call(self, op: str, timeout: float | None = None, **fields: Any) -> Reply:
         if not self.alive:
@@ -72,6 +97,10 @@ class Session:
         if op == "attention" and fields.get("device", "cpu") == "cpu" and self.shared_dir is not None:
             fields, shared = self._share_attention_inputs(fields)
         message = {"op": op, "id": self._next_id, **fields}
+        pending, self._pending = self._pending, []
+        if pending:
+            self._next_id += 1
+            message = {"op": "batch", "id": self._next_id, "ops": [m for m, _ in pending] + [message]}
         clock = CallClock(self.pid, timeout or self.call_timeout_s, self.wall_backstop, self.budget)
         try:
             # The socket keeps the last wait's timeout (milliseconds, maybe): a large request (a
@@ -86,6 +115,8 @@ class Session:
             reply = _recv_signed(self.conn, clock, self.key, self._frames, request)
             self._frames += 1
             self._note_tamper(reply.get("tamper"))
+            if pending:
+                reply = self._unbatch(reply, pending)
             if shared is not None and reply.get("ok") is True and isinstance(reply.get("value"), dict):
                 # What the judge reads back from its own files, not what the submission says.
                 reply["value"]["input_digests"] = shared.digests()
@@ -106,12 +137,19 @@ class Session:
         finally:
             if shared is not None:
                 shared.close_unless(self._caches)
-        return Reply(
-            ok=reply.get("ok") is True,
-            value=reply.get("value"),
-            error=_clean_error(reply.get("error")),
-            state=reply.get("state") if isinstance(reply.get("state"), dict) else None,
-        )
+        return _reply(reply)
+
+    def _unbatch(self, reply: dict[str, Any], pending: list[tuple[dict[str, Any], Callable[[Reply], None] | None]]) -> dict[str, Any]:
+        """The deferred requests' replies handed to their readers, in order; the waited-for call's returned."""
+        replies = reply.get("value") if reply.get("ok") is True else None
+        if not isinstance(replies, list) or not 0 < len(replies) <= len(pending) + 1 or not all(isinstance(r, dict) for r in replies):
+            raise WorkerLost("protocol", "a batch's replies of the wrong form")
+        for (_, on_reply), sub in zip(pending, replies, strict=False):
+            if on_reply is not None:
+                on_reply(_reply(sub))  # raises where the request failed
+        if len(replies) <= len(pending):
+            raise WorkerLost("protocol", "a batch cut short after a request that did not fail")
+        return replies[-1]
 
     def note_broken(self, detail: str) -> None:
         """The grader's own code in the worker failed where no code of the submission's runs and
@@ -162,6 +200,7 @@ class Session:
             self._caches = None
 
     def kill(self) -> None:
+        self._pending = []
         if self.alive:
             self.alive = False
             self.budget.session_ended(self.pid)  # its CPU, read before it goes
@@ -182,6 +221,15 @@ class Session:
 
 
 CACHES = ("key_cache", "value_cache")
+
+
+def _reply(raw: dict[str, Any]) -> Reply:
+    return Reply(
+        ok=raw.get("ok") is True,
+        value=raw.get("value"),
+        error=_clean_error(raw.get("error")),
+        state=raw.get("state") if isinstance(raw.get("state"), dict) else None,
+    )
 
 
 class _SharedInputs:
