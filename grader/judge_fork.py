@@ -116,7 +116,10 @@ class Copy:
                 chunks.append(chunk)
         finally:
             os.close(self.read_end)
-            _, status = os.waitpid(self.pid, 0)
+            try:
+                _, status = os.waitpid(self.pid, 0)
+            except ChildProcessError:  # reaped already (SIGCHLD ignored): what it sent says
+                status = 0
         if status != 0 or not chunks:
             return None
         try:
