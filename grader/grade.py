@@ -147,8 +147,9 @@ def grade_submission(submission: Submission, config: Config, device: str, todos:
             )
         grading = Grading()
         wanted = [item for item in config.items if todos is None or item.todo in todos]
-        # TODOs are independent: two threads grade them side by side, each with its own
-        # sessions, so that the judge's work overlaps the submission's on two cores.
+        # TODOs are independent: two groups are graded side by side (a thread here and a copy of
+        # this process, below), each with its own sessions, so that the judge's work overlaps the
+        # submission's on two cores.
         by_todo: dict[str, list[RubricItem]] = {}
         for item in wanted:
             by_todo.setdefault(item.todo, []).append(item)
@@ -257,7 +258,7 @@ def _join_copy(copy: judge_fork.Copy, group: list[str], run: Callable[[list[str]
 
 JOIN_GRACE_S = 30.0  # past the submission's deadline, the copy's items end on their own budgets first
 
-# Rough cost of each TODO's checks, to split them evenly between the two threads.
+# Rough cost of each TODO's checks, to split them evenly between the two groups.
 COST = {"todo1": 1, "todo2": 4, "todo3": 3, "todo4": 1, "todo5": 3}
 
 
