@@ -45,8 +45,9 @@ PR_SET_PDEATHSIG = 1
 
 
 def available() -> bool:
-    """Whether a copy is worth making: two cores or more (one core gains nothing), Linux's fork."""
-    return os.environ.get(SWITCH, "1") != "0" and hasattr(os, "fork") and (os.cpu_count() or 1) >= 2
+    """Whether a copy is worth making: two cores or more to run on (one core gains nothing), and fork."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return os.environ.get(SWITCH, "1") != "0" and hasattr(os, "fork") and cores >= 2
 
 
 class TokenLock:
