@@ -117,3 +117,13 @@ def test_a_copy_that_finds_the_worker_gone_hands_its_todos_back(monkeypatch: pyt
 
     monkeypatch.setattr(Sandbox, "become_copy", gone)
     assert _verdicts(grade_path(TODO3_BUG, load_config(), "cpu")) == _verdicts(_threads_only(TODO3_BUG))
+
+
+def test_no_copy_on_one_core_or_when_switched_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert judge_fork.available()
+    monkeypatch.setenv(judge_fork.SWITCH, "0")
+    assert not judge_fork.available()
+    monkeypatch.delenv(judge_fork.SWITCH)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3})
+    assert not judge_fork.available()
