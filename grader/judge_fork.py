@@ -172,5 +172,5 @@ def merge(result: CopyResult, sandbox: Sandbox, grading: Grading) -> list[ItemRe
         grading.given.setdefault(key, finding)
     grading.mutations += result.mutations
     grading.tampering += result.tampering
-    sandbox.tamper += result.sandbox_tamper
+    sandbox._note_tamper(result.sandbox_tamper)  # kept once: every session's hello repeats the cells' denials
     return result.outcomes
