@@ -37,22 +37,31 @@ def _torch_defaults() -> Iterator[None]:
 
 
 def _load(path: Path) -> ModuleType:
-    """A corpus file run in this process (its numerics only), with the grader's and the tests'
-    modules out of sys.modules while it runs: a hostile file hunts them there (rt4_hunts_the_handle_code
+    """A corpus file run in this process (its numerics only), with this repository's modules (the
+    grader's and the tests', whatever their names) out of sys.modules while it runs: a hostile file hunts them there (rt4_hunts_the_handle_code
     patches any `Session.new_handle` it finds), and the gradings run later in this process must
     meet the grader as it is."""
-    ours = [name for name in sys.modules if name.split(".")[0] in ("grader", "tests")]
-    hidden = {name: sys.modules.pop(name) for name in ours}
+    hidden = {name: sys.modules.pop(name) for name in [name for name, m in list(sys.modules.items()) if _ours(m)]}
     try:
         spec = importlib.util.spec_from_file_location(f"corpus_{path.stem}", path)
         assert spec and spec.loader
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     finally:
-        for name in [name for name in sys.modules if name.split(".")[0] in ("grader", "tests")]:
+        for name in [name for name, m in list(sys.modules.items()) if _ours(m)]:
             del sys.modules[name]  # what the file imported afresh goes
         sys.modules.update(hidden)
     return module
+
+
+def _ours(module: object) -> bool:
+    """A module of this repository (the grader's, or a test module, which pytest may import under
+    its bare file name and which may hold a grader class by name)."""
+    where = getattr(module, "__file__", None)
+    if not isinstance(where, str):
+        return False
+    path = Path(where).resolve()
+    return (path.is_relative_to(ROOT / "grader") or path.is_relative_to(ROOT / "tests")) and not path.is_relative_to(CORPUS)
 
 
 def _tensor(array: Array) -> torch.Tensor:
