@@ -11,12 +11,9 @@ fingerprint, or the public seed) are unchanged, and retries the grader errors.
 
 from __future__ import annotations
 
-import signal
 import sys
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -31,6 +28,7 @@ from grader.job import GradeJob
 from grader.results import GradeResult
 from grader.runner import Outcome, Runner
 from grader.sanitize import visible
+from grader.stopping import held, signals_ignored, stop_on_signals
 
 # -- progress ---------------------------------------------------------------------------------
 
@@ -85,48 +83,6 @@ class Progress:
     def close(self) -> None:
         if self.tty and 0 < self.done < self.total:
             self._write("\n")
-
-
-# -- signals ----------------------------------------------------------------------------------
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
-@contextmanager
-def stop_on_signals() -> Iterator[None]:
-    """SIGINT and SIGTERM (Ctrl-C, `kill`, a CI cancel) raise KeyboardInterrupt in the main thread.
-
-    Installed for SIGINT too, not left to Python: a process that starts with SIGINT ignored
-    (a background job of a script, `cmd &` under nohup or cron) keeps it ignored, and so would
-    every grader it starts.  A handler of our own is reset to the default in each grader at
-    exec, so the graders also stop on the SIGINT the batch sends them.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    saved = {sig: signal.signal(sig, _raise_interrupt) for sig in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-
-
-@contextmanager
-def _signals_ignored() -> Iterator[None]:
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    saved = {sig: signal.signal(sig, signal.SIG_IGN) for sig in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
 
 
 # -- the batch ----------------------------------------------------------------------------------
@@ -206,7 +162,8 @@ def run_batch(
                 while pending:
                     done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
                     for future in done:
-                        _finish(future, by_future[future], folders, book, out, lang, summary, progress, on_record, seed_identity)
+                        with held():  # a student's row and scorecards, recorded whole before a stop
+                            _finish(future, by_future[future], folders, book, out, lang, summary, progress, on_record, seed_identity)
                     if runner.cold_reason and not noted_cold:
                         noted_cold = True
                         progress.note(f"the judge server stopped answering ({runner.cold_reason}): the rest in processes of their own")
@@ -216,7 +173,7 @@ def run_batch(
         finally:
             if not finished:
                 runner.stopping.set()  # from here on no grader starts
-            with _signals_ignored():  # a second Ctrl-C must not leave graders running unwatched
+            with signals_ignored():  # a second Ctrl-C must not leave graders running unwatched
                 if not finished:
                     runner.stop_all()
                 pool.shutdown(wait=True, cancel_futures=True)

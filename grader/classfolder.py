@@ -24,6 +24,7 @@ from grader.gradebook import Gradebook
 from grader.report import gradescope, html, markdown
 from grader.results import Failure, GradeResult, Text, not_graded
 from grader.sanitize import sanitize_result
+from grader.stopping import held
 
 STUDENTS_DIR = "students"
 _UMASK = os.umask(0o022)
@@ -60,19 +61,23 @@ def slug(student_id: str) -> str:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Readers (and a resumed batch) see the old file or the new one, never half of one."""
+    """Readers (and a resumed batch) see the old file or the new one, never half of one.
+
+    Held against a batch's stop signal: an interrupt between mkstemp and the rename would leave
+    the temporary file in the class folder."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; scorecards are shared with the TAs
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with held():
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; scorecards are shared with the TAs
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(text)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
 
 def write_student_files(out: Path, student_id: str, result: GradeResult, lang: str) -> None:

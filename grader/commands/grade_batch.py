@@ -60,8 +60,8 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from grader.batch import stop_on_signals
     from grader.discovery import BatchError
+    from grader.stopping import stop_on_signals
 
     # From the start: a batch started with SIGINT ignored still stops on it (see stop_on_signals).
     with stop_on_signals():
