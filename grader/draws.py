@@ -15,6 +15,7 @@ whatever is loaded and wherever the grader is installed.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ def pin_local_constants() -> None:
     if _PINNED is not None:
         return
     _skip_global_random_check()
+    _digest_by_name()
     try:
         from hypothesis.internal.conjecture import providers
 
@@ -76,3 +78,23 @@ def _skip_global_random_check() -> None:
 @contextlib.contextmanager
 def _no_check(*args: Any) -> Iterator[None]:
     yield
+
+
+def _digest_by_name() -> None:
+    """Hypothesis keys its example database by a digest of each test's source: it reads the
+    source file and tokenizes the function (for a state machine, the whole class) each time a
+    test runs, some 20 times a grading (0.15 CPU s).  The checks run without a database
+    (base.hypothesis_settings), where the key is never used; and under @seed it does not choose
+    the examples either.  A digest of the test's name serves."""
+    try:
+        from hypothesis import core, stateful
+    except ImportError:
+        return
+    for module in (core, stateful):
+        if hasattr(module, "function_digest"):
+            module.function_digest = _name_digest
+
+
+def _name_digest(function: Any) -> bytes:
+    name = f"{getattr(function, '__module__', '')}.{getattr(function, '__qualname__', repr(type(function)))}"
+    return hashlib.sha384(name.encode("utf-8", "surrogatepass")).digest()
