@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from grader import environment, given_code, integrity, judge_fork, seeds, skipped_values, tampering
 from grader.config import Config, RubricItem
 from grader.draws import pin_local_constants
+from grader.folder import FolderCopy
 from grader.folder import plan as plan_folder
 from grader.results import (
     FAILED,
@@ -36,7 +37,7 @@ from grader.results import (
 )
 from grader.sandbox.client import LoadReport, Sandbox
 from grader.sanitize import sanitize_result
-from grader.submission import Submission, SubmissionError, load_submission
+from grader.submission import Submission, SubmissionError, load_submission, looks_loadable
 
 if TYPE_CHECKING:
     from grader.checks import Check
@@ -74,21 +75,45 @@ def grade_path(path: Path, config: Config, device: str = "auto", todos: Collecti
     `alone`: none, the submission only (grader/folder.py)."""
     started = time.monotonic()
     device = resolve_device(device)
+    # A file that is not there or not a file never gets its folder walked: load_submission says why.
+    planned = plan_folder(path, None if alone else folder or path.parent, config.notebook) if path.is_file() else None
+    sandbox = _started_early(path, planned, config, device) if planned is not None else None
     try:
-        submission = load_submission(path, config.limits.max_file_mb << 20)
-        submission.folder = plan_folder(path, None if alone else folder or path.parent, config.notebook)
-    except SubmissionError as error:
-        failure = Failure(kind="unreadable", message=Text(error.zh, error.en))
-        result = not_graded(str(path), config.digest, config.items, failure, device)
-        result.seconds = round(time.monotonic() - started, 3)
-        return result
-    result = grade_submission(submission, config, device, todos)
+        try:
+            submission = load_submission(path, config.limits.max_file_mb << 20)
+            submission.folder = planned
+        except SubmissionError as error:
+            failure = Failure(kind="unreadable", message=Text(error.zh, error.en))
+            result = not_graded(str(path), config.digest, config.items, failure, device)
+            result.seconds = round(time.monotonic() - started, 3)
+            return result
+        result = grade_submission(submission, config, device, todos, sandbox=sandbox)
+    finally:
+        if sandbox is not None:
+            sandbox.close()  # (done already where grade_submission ran)
     result.seconds = round(time.monotonic() - started, 3)
     return sanitize_result(result)  # every string the submission controls, made safe once, here
 
 
-def grade_submission(submission: Submission, config: Config, device: str, todos: Collection[str] | None = None) -> GradeResult:
-    """Grade every rubric item, or only the items of `todos` (e.g. {"todo3"}) when given."""
+def _started_early(path: Path, folder: FolderCopy, config: Config, device: str) -> Sandbox | None:
+    """A sandbox for a file that looks gradable, its worker already starting (Sandbox.start_early):
+    the worker's start (torch's import) overlaps the judge's reading of the notebook and its
+    imports.  None where it cannot be made: grade_submission then makes one itself."""
+    suffix = path.suffix.lower()
+    if suffix not in (".ipynb", ".py") or not looks_loadable(path, config.limits.max_file_mb << 20):
+        return None  # (closing a sandbox waits for its worker to connect: a second or so)
+    try:
+        sandbox = Sandbox([], config.limits, allow_cuda=device == "cuda", folder=folder, notebook=suffix == ".ipynb")
+    except Exception:  # the same failure, where it was always met, in grade_submission
+        return None
+    sandbox.start_early()
+    return sandbox
+
+
+def grade_submission(submission: Submission, config: Config, device: str, todos: Collection[str] | None = None,
+                     sandbox: Sandbox | None = None) -> GradeResult:
+    """Grade every rubric item, or only the items of `todos` (e.g. {"todo3"}) when given.
+    `sandbox`: one made for this submission, its worker maybe started (grade_path); closed here."""
     config, random_cases = seeds.seeded(config, submission.sha256)  # cases the student cannot know in advance
     result = GradeResult(
         submission=str(submission.path),
@@ -96,18 +121,23 @@ def grade_submission(submission: Submission, config: Config, device: str, todos:
         config_digest=config.digest,
         items=[],
         notes=[Text(zh, en) for zh, en in submission.notes],
-        flags=integrity.scan(submission),
         device=device,
         random_cases=seeds.describe_both(random_cases, config),
     )
     deadline = time.monotonic() + config.limits.total_budget_s
-    result.notes += environment.folder_notes(submission.folder) + environment.package_notes(config.notebook)
-    with Sandbox(submission.cells, config.limits, allow_cuda=device == "cuda", folder=submission.folder,
-                 notebook=submission.kind == "notebook") as sandbox, _unfrozen_after():
+    if sandbox is None:
+        sandbox = Sandbox(submission.cells, config.limits, allow_cuda=device == "cuda", folder=submission.folder,
+                          notebook=submission.kind == "notebook")
+    sandbox.cells = submission.cells
+    with sandbox, _unfrozen_after():
         # The worker starts (imports torch, runs the cells) while this process imports the
         # checks (hypothesis, numpy): on two cores the two start-ups overlap.
         loader = threading.Thread(target=sandbox.load, daemon=True)
         loader.start()
+        # What needs only the submission's text is done here too, off the grading's critical path.
+        result.flags = integrity.scan(submission)
+        result.notes += environment.folder_notes(submission.folder) + environment.package_notes(config.notebook)
+        shell_values = skipped_values.analyse(submission.cells)
         from grader.checks import CHECKS, REQUIRED_NAMES
         from grader.checks.base import Grading
 
@@ -175,7 +205,6 @@ def grade_submission(submission: Submission, config: Config, device: str, todos:
         result.tampering = tampering.collect(sandbox.tamper, grading.tampering)
         result.items = tampering.apply(result.items, result.tampering, config.tamper_policy)
         # A line that does not run here but whose value the definitions read: Jupyter's path is not graded.
-        shell_values = skipped_values.analyse(submission.cells)
         result.notes += skipped_values.notes(shell_values, REQUIRED_NAMES)
         result.items = skipped_values.apply(result.items, shell_values, REQUIRED_NAMES)
     if result.flags and config.zero_on_flag:

@@ -16,8 +16,6 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import nbformat
-
 from grader.cells import Cell
 from grader.checkcalls import strip_check_calls
 from grader.folder import FolderCopy
@@ -81,6 +79,24 @@ def load_submission(path: Path, max_bytes: int) -> Submission:
     )
 
 
+def looks_loadable(path: Path, max_bytes: int) -> bool:
+    """A quick look, without nbformat: False where load_submission is sure to refuse the file
+    (too large, binary, not UTF-8, not a JSON object), which a worker need not start for."""
+    try:
+        if path.stat().st_size > max_bytes:
+            return False
+        with path.open("rb") as f:
+            text = _decode(f.read(max_bytes + 1))
+    except (OSError, SubmissionError):
+        return False
+    if path.suffix.lower() != ".ipynb":
+        return True
+    try:
+        return isinstance(json.loads(text), dict)
+    except (ValueError, RecursionError):  # (a JSON array nested thousands deep)
+        return False
+
+
 def _decode(data: bytes) -> str:
     if b"\x00" in data:
         raise SubmissionError("binary", "文件是二进制内容，不是文本", "the file is binary, not text")
@@ -120,6 +136,8 @@ def _notebook_cells(data: bytes) -> tuple[list[Cell], list[tuple[str, str]]]:
             f"unsupported notebook format nbformat {shown} (3 and 4 are supported)",
         )
     _drop_outputs(raw)
+    import nbformat  # here: its import (jsonschema's) is a tenth of a second the worker's start need not wait for
+
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # nbformat's warnings about ids and minor versions

@@ -196,6 +196,9 @@ class Sandbox:
         self.copy_lost = False  # that copy found the loaded worker gone (the judge restarts it, not the copy)
         self._skip: dict[int, CellOutcome] = {}
         self._total_deadline: float | None = None
+        self._early: threading.Thread | None = None  # the worker's start, begun before the cells were read (start_early)
+        self._early_error: BaseException | None = None
+        self._closed = False
 
     def _copy_folder(self) -> Path | None:
         """The notebook's folder, copied into work/ (its current directory), owned by the submission."""
@@ -215,6 +218,12 @@ class Sandbox:
         self.close()
 
     def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._early is not None:  # a worker still starting: let it connect, then stop it as any other
+            self._early.join()
+            self._early = None
         self._stop_worker()
         self._kill_strays()
         self.listener.close()
@@ -472,11 +481,37 @@ class Sandbox:
     def _outcomes(self, seen: dict[int, CellOutcome]) -> list[CellOutcome]:
         return [seen.get(c.index) or self._skip.get(c.index) or CellOutcome(c.index, "not_run") for c in self.cells]
 
+    def start_early(self) -> None:
+        """Start the worker now (keeper, namespaces, torch's import: most of a load), in a thread,
+        while the judge is still reading the submission; load() then sends it the cells.  No
+        cell is needed before the worker connects, and nothing of the submission's runs sooner."""
+        if self._early is None and self.process is None and not (self.uid is None and os.geteuid() == 0):
+            self._early = threading.Thread(target=self._start_early, name="pa-grade-worker-start", daemon=True)
+            self._early.start()
+
+    def _start_early(self) -> None:
+        try:
+            self._start_worker()
+        except BaseException as error:  # raised again where load() would have met it
+            self._early_error = error
+
+    def _started_early(self) -> bool:
+        """Whether the worker was started by start_early (its failure raised here, as _start_worker's)."""
+        early, self._early = self._early, None
+        if early is None:
+            return False
+        early.join()
+        error, self._early_error = self._early_error, None
+        if error is not None:
+            raise error
+        return True
+
     def _try_load(self, total_deadline: float) -> LoadReport:
         if self.uid is None and os.geteuid() == 0:
             # Never run a submission as root: it would own every root-owned file.
             raise SandboxBroken(f"the grader runs as root but could not claim a uid for the submission (no lock directory among {uids.LOCK_DIRS})")
-        self._start_worker()
+        if not self._started_early():
+            self._start_worker()
         assert self.control is not None
         runnable = [{"index": c.index, "source": c.source} for c in self.cells if c.index not in self._skip]
         load = {
