@@ -478,16 +478,6 @@ def check_attention(ctx: ItemContext) -> Failure | None:
     failure = grade_item(ctx, "todo5", SURVEYED, plan, NEEDS[ctx.item_id])
     if ctx.item_id == INPUTS and ctx.grading.mutations:
         return ctx.grading.mutations[0]  # a changed input, wherever it happened, before anything else
-    survey = ctx.grading.surveys.get("todo5")
-    if failure is None and ctx.item_id in FEATURE_OF and survey is not None and BASE in survey.recorded:
-        # Plain attention was wrong on a call of its own: a right call with a feature may be right
-        # only where that mistake does not show (a dropped last token under a peaked softmax), so
-        # it is no evidence for the feature, however many there were (mark_blocked: blocked by the base item).
-        return ctx.failure(
-            "not_exercised",
-            "普通注意力（不带任何特性）有错误时，带这一特性的正确调用不能证明这一特性：它们可能只是恰好没有暴露那个错误",
-            "while plain attention (no feature) is wrong, right calls with this feature prove nothing of it: they may be right only where that mistake does not show",
-        )
     return failure
 
 

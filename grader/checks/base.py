@@ -412,7 +412,10 @@ def student_error(ctx: ItemContext, reply: Reply, what: str, todo_label: str) ->
     )
 
 
-def hypothesis_settings(config: Config, max_examples: int) -> settings:
+def hypothesis_settings(config: Config, max_examples: int, stateful: bool = False) -> settings:
+    kwargs: dict[str, Any] = {}
+    if stateful:
+        kwargs["stateful_step_count"] = config.hypothesis.stateful_steps
     return settings(
         max_examples=max_examples,
         database=None,
@@ -423,6 +426,7 @@ def hypothesis_settings(config: Config, max_examples: int) -> settings:
         report_multiple_bugs=False,
         print_blob=False,
         verbosity=settings.default.verbosity.quiet,
+        **kwargs,
     )
 
 
