@@ -58,7 +58,6 @@ from builtins import (  # noqa: I001, UP029
 import _thread
 import builtins
 import ctypes
-import gc
 import json
 import os
 import random
@@ -351,15 +350,7 @@ def _prepare():
     """What every worker does before its first cell, the same whether a template did it already or not."""
     if not any(isinstance(finder, _BlockAnswerKey) for finder in sys.meta_path):
         sys.meta_path.insert(0, _BlockAnswerKey())
-    # torch's import makes some 10^6 objects, few of them garbage: the collector's passes over them
-    # were a tenth of the import (as it is back on before any cell runs, a kernel's state).
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        import torch
-    finally:
-        if collecting:
-            gc.enable()
+    import torch
 
     torch.set_num_threads(1)  # small tensors; one thread also keeps fork() safe
 
