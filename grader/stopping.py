@@ -11,7 +11,7 @@ from __future__ import annotations
 import signal
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from types import FrameType
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -30,7 +30,20 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 @contextmanager
-def stop_on_signals() -> Iterator[None]:
+def _handling(handler: object) -> Iterator[None]:
+    """STOP_SIGNALS handled by `handler` in the block (the main thread only sets handlers), then as before."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}  # type: ignore[arg-type]
+    try:
+        yield
+    finally:
+        for sig, previous in saved.items():
+            signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
+
+
+def stop_on_signals() -> AbstractContextManager[None]:
     """SIGINT and SIGTERM (Ctrl-C, `kill`, a CI cancel) raise KeyboardInterrupt in the main thread.
 
     Installed for SIGINT too, not left to Python: a process that starts with SIGINT ignored
@@ -38,28 +51,11 @@ def stop_on_signals() -> Iterator[None]:
     every grader it starts.  A handler of our own is reset to the default in each grader at
     exec, so the graders also stop on the SIGINT the batch sends them.
     """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    saved = {sig: signal.signal(sig, _raise_interrupt) for sig in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+    return _handling(_raise_interrupt)
 
 
-@contextmanager
-def signals_ignored() -> Iterator[None]:
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    saved = {sig: signal.signal(sig, signal.SIG_IGN) for sig in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+def signals_ignored() -> AbstractContextManager[None]:
+    return _handling(signal.SIG_IGN)
 
 
 @contextmanager
