@@ -3,10 +3,12 @@ reproduction that fails on it and runs clean on the reference (tests/corpus_case
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
+from grader.config import load_config
 from tests.conftest import CORPUS, graded
 from tests.corpus_cases import (
     buggy_in,
@@ -59,17 +61,30 @@ def test_attention_failure_names_the_likely_mistake(name: str, hint: str) -> Non
 
 
 @pytest.mark.parametrize("name", ["todo5_drops_last_token", "todo5_double_scale", "todo5_no_scale"])
-def test_a_base_mistake_costs_every_feature_item(name: str) -> None:
-    """Every feature item needs right values on its own cases: none is paid for output that is
-    wrong wherever its feature is on, however consistently it handles its feature (each is
-    blocked by the base item).  The inputs item is paid only for calls that returned the right
-    result without touching their inputs: a scale applied twice, or not at all, is right where
-    the scale is 1 (head_dim 1) or given, and those calls are its evidence."""
+def test_a_base_mistake_costs_the_base_item_and_no_feature_is_paid_where_it_went_unchecked(name: str) -> None:
+    """Output wrong almost everywhere: the base item fails on a case of its own.  No feature item
+    fails on its own account (the mistake is none of theirs); each is paid only for right calls
+    of its own, and is blocked by the base item where too few were right.  The scale's item is
+    never paid here: its right calls (a peaked softmax, or a scale of 1) are right again with a
+    flat softmax and a scale of 1/sqrt(head_dim) in none of these files."""
     items = {i.id: i for i in graded(CORPUS / "buggy" / f"{name}.py").items if i.todo == "todo5" and i.status != "not_run"}
     features = {i: item for i, item in items.items() if i not in ("todo5.mha_fp32", "todo5.inputs_unchanged")}
     assert items["todo5.mha_fp32"].status == "failed" and items["todo5.mha_fp32"].failure.kind == "wrong"
-    assert all(item.status == "failed" and item.blocked_by == "todo5.mha_fp32" for item in features.values()), \
+    assert all(item.status == "passed" or item.blocked_by == "todo5.mha_fp32" for item in features.values()), \
         [(i, item.status, item.blocked_by) for i, item in features.items()]
+    assert features["todo5.scale_and_stability"].blocked_by == "todo5.mha_fp32"
+
+
+def test_calls_right_only_because_the_softmax_peaked_do_not_pay_the_scale() -> None:
+    """With seed 1, calls that drop the last token were right where the softmax peaked on another
+    token (queries boosted 30 to 100 times): a peaked softmax picks one token whatever the scale,
+    and `scale_and_stability` was paid on them.  Now its calls count only where their base
+    counterpart (float32, a flat softmax: grader/checks/attention_evidence.py) is right too."""
+    config = load_config()
+    config = dataclasses.replace(config, hypothesis=dataclasses.replace(config.hypothesis, seed=1), digest=config.digest + "-seed1")
+    items = {i.id: i for i in graded(CORPUS / "buggy" / "todo5_drops_last_token.py", config).items}
+    scale = items["todo5.scale_and_stability"]
+    assert scale.status == "failed" and scale.blocked_by == "todo5.mha_fp32", (scale.status, scale.failure and scale.failure.message.en)
 
 
 @pytest.mark.parametrize("name, item", [("todo5_gqa_head_modulo", "todo5.gqa"), ("todo5_returns_float32", "todo5.low_precision")])

@@ -31,6 +31,7 @@ from grader.checks.attention_cases import (
     setup_lines,
 )
 from grader.checks.attention_corners import BASE, CUDA, FEATURE_OF, INPUTS, corners
+from grader.checks.attention_evidence import BLIND_TO_LUCK, RightCall, confirm, counterpart_right
 from grader.checks.base import Abort, ItemContext, Need, hypothesis_settings
 from grader.checks.dense import TOLERANCE_FLOOR, dense_attention, diagnose, tolerance
 from grader.checks.frame import tensor_digest
@@ -110,6 +111,10 @@ def call(ctx: ItemContext, case: Case, keep: int | None = None) -> Called:
     output = value.get("output")
     earlier = ctx.kept.changed_in(reply.state, asked)
     return Called(judge(case, inputs, value), changed, out, tensor_digest(output) if isinstance(output, dict) else "", earlier)
+
+
+def _is_right(ctx: ItemContext, case: Case) -> bool:
+    return call(ctx, case).verdict is None
 
 
 def judge(case: Case, inputs: dict[str, Array], value: dict) -> Verdict | None:
@@ -357,6 +362,9 @@ def check_history(ctx: ItemContext, history: list[Case]) -> None:
                 ctx.record(item, verdict.zh, verdict.en)
             for item in exercised:
                 ctx.count(item)
+            if exercised & set(FEATURE_OF) and ctx.focus is None:
+                # shown by a right ablation whose plain call was right too: already its own counterpart
+                ctx.grading.attention_right.append(RightCall(ctx.examples, ctx.random, case, frozenset(exercised & set(FEATURE_OF)), True))
             # Where a property could not be checked, this call shows why (its result is wrong).
             witness = script.copy()
             if any("expected" in check[0] for check in verdict.asserts):
@@ -369,9 +377,17 @@ def check_history(ctx: ItemContext, history: list[Case]) -> None:
             return  # nothing more to learn from this example
         ctx.count(CUDA if case.device != "cpu" else BASE)
         ctx.count(PASSED)
-        for item, feature in FEATURE_OF.items():
-            if case.has(feature):
-                ctx.count(item)
+        features = frozenset(item for item, feature in FEATURE_OF.items() if case.has(feature))
+        if features and ctx.focus is None:
+            right = RightCall(ctx.examples, ctx.random, case, features)
+            ctx.grading.attention_right.append(right)
+            if BASE in ctx.recorded and features & BLIND_TO_LUCK:
+                # Plain attention is wrong: the scale's item counts this call only where its base
+                # counterpart is right too (attention_evidence.py).
+                right.counterpart_right = counterpart_right(ctx, case, _is_right)
+                features = features if right.counterpart_right else features - BLIND_TO_LUCK
+        for item in features:
+            ctx.count(item)
         if not called.changed and max(case.seq_lens, default=0) > 1:
             # Evidence only where the result weighed several tokens: an empty batch, or sequences of
             # one token (the answer is that token's value), leave inputs alone without computing anything.
@@ -478,6 +494,10 @@ def check_attention(ctx: ItemContext) -> Failure | None:
     failure = grade_item(ctx, "todo5", SURVEYED, plan, NEEDS[ctx.item_id])
     if ctx.item_id == INPUTS and ctx.grading.mutations:
         return ctx.grading.mutations[0]  # a changed input, wherever it happened, before anything else
+    survey = ctx.grading.surveys.get("todo5")
+    if failure is None and ctx.item_id in BLIND_TO_LUCK and survey is not None and BASE in survey.recorded:
+        # Plain attention is wrong: a right call counts only where its base counterpart is right too.
+        return confirm(ctx, ctx.item_id, ctx.grading.attention_right, _is_right, MIN_PASSED)
     return failure
 
 

@@ -94,6 +94,7 @@ class Grading:
     # What the worker denied or the judge refused in each session, with the item (or TODO, in a
     # survey; "given") whose evidence it served: (scope, the worker's list) (grader/tampering.py).
     tampering: list[tuple[str, list[Any]]] = field(default_factory=list)
+    attention_right: list[Any] = field(default_factory=list)  # TODO 5's right calls with a feature (attention_evidence.RightCall)
 
 
 class ItemContext:
@@ -133,6 +134,7 @@ class ItemContext:
         self.session_log: list[Any] = []  # what a check wants to remember of the session's calls
         self.kept = Kept()  # what the current example's calls returned (frame: earlier results)
         self._pools: list[SharedPool] = []  # pool files shared with the current session
+        self._kept_alive: Session | None = None  # side_session(kept_alive=True)'s process
         # Evidence: random (hypothesis-drawn) examples completed, and per item those that checked it.
         self.random = False  # the examples begun now are random ones (set while exploring)
         self.evidence: Counter[str] = Counter()
@@ -230,18 +232,28 @@ class ItemContext:
         self._pools = []
 
     @contextmanager
-    def side_session(self) -> Iterator[None]:
-        """A fresh process for a side question (would this case pass without a feature?)."""
+    def side_session(self, kept_alive: bool = False) -> Iterator[None]:
+        """A fresh process for a side question (would this case pass without a feature?).
+
+        `kept_alive`: the same side process each time, until `end_side_sessions` (questions that
+        need no fresh process each, asked many times: a fork each would cost more than they do)."""
         saved = (self._session, self.history, self.session_scripts, self.session_log, self._replay, self.script, self.kept, self._pools)
-        self._session, self.kept, self._pools = None, Kept(), []
+        self._session, self.kept, self._pools = (self._kept_alive if kept_alive else None), Kept(), []
         try:
             yield
         finally:
-            if self._session is not None:
+            if kept_alive:
+                self._kept_alive = self._session
+            elif self._session is not None:
                 self._session.end()
             self._close_pools()
             (self._session, self.history, self.session_scripts, self.session_log, self._replay, self.script, self.kept,
              self._pools) = saved
+
+    def end_side_sessions(self) -> None:
+        if self._kept_alive is not None:
+            self._kept_alive.end()
+            self._kept_alive = None
 
     def call(self, op: str, **fields: Any) -> Reply:
         """One operation, its reply checked against the operation's schema (grader/checks/replies.py).

@@ -48,7 +48,10 @@ def grade_item(ctx: ItemContext, todo: str, items: Sequence[str], plan: Plan, ne
         budget = ctx.config.limits.item_budget_s * len(items)
         surveying = ItemContext(ctx.sandbox, ctx.config, todo, ctx.submission_deadline, ctx.grading, survey=True, budget_s=budget)
         corners, explore = plan(surveying)
-        stopped = run_item(surveying, corners, explore, items=items)
+        try:
+            stopped = run_item(surveying, corners, explore, items=items)
+        finally:
+            surveying.end_side_sessions()
         survey = Survey(surveying.counts, surveying.witness, surveying.recorded, stopped, surveying.examples,
                         surveying.evidence, surveying.random_tried, surveying.out_of_time, surveying.elapsed())
         ctx.grading.surveys[todo] = survey
