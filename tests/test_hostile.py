@@ -201,6 +201,10 @@ EXPECT: dict[str, Expect] = {
     "tamper_inputs_copied.py": Expect(failed=fail(["todo5.inputs_unchanged"], "wrong"), words={"todo5.inputs_unchanged": "query"}, tampered=("frames",)),
     "tamper_pool_view_traced.py": Expect(failed=fail(["todo4.table_order"], "wrong"), words={"todo4.table_order": ("之前返回", "returned earlier")}, tampered=("trace",)),
     "tamper_out_buffer_frozen.py": Expect(failed=fail(["todo5.mha_fp32"], "wrong"), words={"todo5.mha_fp32": ("之前返回", "earlier call returned")}, tampered=("frames",)),
+    # A fork hook of the submission's runs after the grader's, before the session's grader thread claims itself (red team 18).
+    "tamper_atfork_kept_ledger.py": Expect(failed=fail(["todo1.per_token", "todo1.per_block_and_total"], "wrong"), tampered=("frames",)),
+    "tamper_atfork_kept_view.py": Expect(failed=fail(["todo4.table_order"], "wrong"), tampered=("frames",)),
+    "tamper_atfork_judge_key.py": Expect(tampered=("frames",)),
     "tamper_forged_replies.py": Expect(failed=fail(TODO["todo4"], "crashed", "integrity"), tampered=("forged",)),
 }
 CASES = sorted(EXPECT)

@@ -126,6 +126,10 @@ attempt("sys._current_frames before a grader thread", sys._current_frames)
 # The grader thread is claimed with the judge's key only: a claim without it is denied, changes nothing.
 attempt("claiming the grader thread without the key", lambda: sys.audit("pa_grader.claim", b"x" * 32))
 attempt("sys._current_frames after a refused claim", sys._current_frames)
+# A session child before its grader thread claims itself: the grader's fork hook has said so, and
+# a fork hook of the submission's (which runs after it) finds frames denied (red team 18).
+sys.audit("pa_grader.forked")
+attempt("sys._current_frames after a fork, before the grader thread", sys._current_frames)
 claimer = threading.Thread(target=kit.MODULES["hook"].claim_grader_thread, args=(b"k" * 32,))
 claimer.start()
 claimer.join()  # as in a session child
@@ -200,6 +204,7 @@ def attacks() -> dict[str, Any]:
     "open /proc/self/mem", "os.open /proc/self/task/x/mem", "ctypes.string_at", "ctypes.pythonapi",
     "getframe below grader code", "tb_frame above grader code", "gi_frame above grader code",
     "__code__ assigned to a grader function", "sys._current_frames in a session", "settrace through sys as grading has it",
+    "sys._current_frames after a fork, before the grader thread",
     "claiming the grader thread without the key",
     "gc.get_objects after the hook frame was tampered with",
 ])

@@ -7,7 +7,8 @@ hook.  Denied:
 
 - the garbage collector's lists (gc.get_objects, get_referrers, get_referents), which reach
   every object, the grader's included;
-- every thread's frames (sys._current_frames), once a session child has a grader thread;
+- every thread's frames (sys._current_frames) in a session child, from its fork on (before its
+  grader thread starts: a fork hook of the submission's runs after the grader's);
 - a frame of the grader's code (sys._getframe, walking f_back: a frame whose chain holds one, 32
   frames down, is refused), and on a thread whose chain holds one, any frame from a traceback,
   generator, coroutine or async generator (tb_frame, gi_frame, cr_frame, ag_frame); on the
@@ -56,7 +57,7 @@ from types import (
 )
 
 # The hook's controls: audit events it answers (before anything else, armed or not).
-ARM, CLAIM, RECORDED = "pa_grader.arm", "pa_grader.claim", "pa_grader.recorded"
+ARM, CLAIM, RECORDED, FORKED = "pa_grader.arm", "pa_grader.claim", "pa_grader.recorded", "pa_grader.forked"
 # sys.settrace and sys.setprofile as grading has them (make_quiet_setters), filled by make_hook.
 QUIET = {}
 
@@ -64,7 +65,7 @@ WATCHED = frozenset((
     "gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames", "sys._getframe",
     "object.__getattr__", "object.__setattr__", "object.__delattr__", "sys.settrace", "sys.setprofile",
     "sys.addaudithook", "open", "ctypes.cdata", "ctypes.cdata/buffer", "ctypes.string_at", "ctypes.wstring_at",
-    "ctypes.PyObj_FromPtr", "ctypes.dlsym", ARM, CLAIM, RECORDED,
+    "ctypes.PyObj_FromPtr", "ctypes.dlsym", ARM, CLAIM, RECORDED, FORKED,
 ))
 FRAME_GETTERS = frozenset(("tb_frame", "gi_frame", "cr_frame", "ag_frame"))
 MARK_KEY = "__pa_grader__"  # each namespace of the grader's code holds the hook's mark under this key
@@ -96,7 +97,7 @@ def make_hook(protected, key):
     _frame, _function, _traceback, _generator, _coroutine, _async_generator = (
         FrameType, FunctionType, TracebackType, GeneratorType, CoroutineType, AsyncGeneratorType)
     watched, frame_getters, mark_key, walk, max_records = WATCHED, FRAME_GETTERS, MARK_KEY, WALK, MAX_RECORDS
-    arm_event, claim_event, recorded_event = ARM, CLAIM, RECORDED
+    arm_event, claim_event, recorded_event, forked_event = ARM, CLAIM, RECORDED, FORKED
     mark = object()  # a frame whose globals hold it is the grader's (a dict lookup: id() is itself an audited call)
     for grader_namespace in (*protected, globals()):
         grader_namespace[mark_key] = mark
@@ -121,6 +122,14 @@ def make_hook(protected, key):
             # Never the case (both are denied below): a trace function could rewrite this frame's locals.
             raise _runtime_error("auditing under a trace or profile function: denied while grading")
         if armed is not True:
+            return
+        if event == forked_event:
+            # A session child, its grader thread not started yet: frames are denied from now on
+            # (0 is no thread's ident), so a fork hook of the submission's, which runs after the
+            # grader's, cannot read the waiting grader thread's frames.  One-way: a claimed
+            # thread stays the grader's, and a cell sending it in the parent denies itself only.
+            if grader_thread == -1:
+                grader_thread = 0
             return
         if event == claim_event:
             claim = args[0] if _len(args) == 1 else None
@@ -219,6 +228,12 @@ def make_hook(protected, key):
 def arm():
     """From now on the hook denies (install: the last thing before the first cell)."""
     audit(ARM)
+
+
+def forked():
+    """This process is a session child whose grader thread is about to start: every thread's
+    frames denied from now on (the grader's fork hook, before it starts the thread)."""
+    audit(FORKED)
 
 
 def claim_grader_thread(key):

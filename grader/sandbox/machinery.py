@@ -38,7 +38,7 @@ from sys import addaudithook
 from types import SimpleNamespace
 
 from _pa_grader_answers import answer, grader_error, new_events, new_session
-from _pa_grader_hook import QUIET, arm, claim_grader_thread, make_hook
+from _pa_grader_hook import QUIET, arm, claim_grader_thread, forked, make_hook
 from _pa_grader_readings import make_guard, start_caller
 
 MAX_FRAME = 256 << 20
@@ -137,6 +137,12 @@ def grader_thread(ready, number):
     _exit(0)
 
 
+def in_child(ready, number):
+    """In every fork of the worker: frames denied from now on, then the grader thread started."""
+    forked()
+    start_new_thread(grader_thread, (ready, number))
+
+
 def reply_bytes(reply):
     try:
         return encode(reply)
@@ -151,7 +157,8 @@ def install(key, path, ns, seeds, traceback_of, ready, number, protected):
     grader's code (hook.py, readings.py, answers.py and this file's)."""
     SETUP.update(key=key, path=path, ns=ns, seeds=seeds, traceback_of=traceback_of, zygote=getpid(), guard=make_guard())
     addaudithook(make_hook(protected, key))
-    register_at_fork(after_in_child=partial(start_new_thread, grader_thread, (ready, number)))
+    # Fork hooks run in the order registered: this one first, before any of the submission's.
+    register_at_fork(after_in_child=partial(in_child, ready, number))
     sys.settrace, sys.setprofile = QUIET["settrace"], QUIET["setprofile"]
     arm()
 
