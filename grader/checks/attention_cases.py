@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
+from grader.checks import choices
 from grader.checks.arrays import Array, from_float32
 from grader.checks.dense import ATTEND_SOURCE, FILL_SOURCE, fill
 
@@ -321,9 +322,10 @@ def expected_line(case: Case) -> Commented:
 
 # -- strategies ---------------------------------------------------------------------------
 
-_lengths = st.one_of(st.just(1), st.integers(1, 64), st.integers(65, 512))
-_block_sizes = st.one_of(st.sampled_from([1, 2, 3, 4, 5, 7, 8, 16]), st.integers(1, 33))
-_head_dims = st.one_of(st.sampled_from([1, 2, 4, 8, 16, 32, 64, 128]), st.integers(1, 40))
+# Sizes as choices.one_of alternatives: a constant, a range [low, high], options (a list).
+_LENGTHS: tuple[choices.Alternative, ...] = (1, (1, 64), (65, 512))
+_BLOCK_SIZES: tuple[choices.Alternative, ...] = ([1, 2, 3, 4, 5, 7, 8, 16], (1, 33))
+_HEAD_DIMS: tuple[choices.Alternative, ...] = ([1, 2, 4, 8, 16, 32, 64, 128], (1, 40))
 
 # What a drawn call's sizes look like: small most often; now and then one size far out, the
 # others kept small so that the tensors stay a few MB (far_cases goes further still).
@@ -333,37 +335,37 @@ DRAWN_MAX = {"seq_len": 4096, "block_size": 4096, "head_dim": 256, "num_seqs": 4
 
 
 def _sizes(draw: st.DrawFn) -> tuple[int, list[int], int, int]:
-    """(block_size, seq_lens, head_dim, num_kv_heads) of one size class."""
-    size = draw(st.sampled_from(SIZE_CLASSES), label="size class")
-    head_dim = draw(_head_dims, label="head_dim")
-    kv_heads = draw(st.sampled_from([1, 2, 3, 4]), label="num_kv_heads")
-    num_seqs = draw(st.integers(1, 4), label="num_seqs")
-    lengths = _lengths
+    """(block_size, seq_lens, head_dim, num_kv_heads) of one size class (drawn as choices.py says why)."""
+    size = choices.pick(draw, SIZE_CLASSES)
+    head_dim = choices.one_of(draw, *_HEAD_DIMS)
+    kv_heads = choices.pick(draw, [1, 2, 3, 4])
+    num_seqs = choices.integer(draw, 1, 4)
+    lengths = _LENGTHS
     if size == LONG:
-        block_size = draw(st.one_of(_block_sizes, st.integers(34, 64)), label="block_size")
-        lengths = st.one_of(st.integers(513, DRAWN_MAX["seq_len"]), st.just(DRAWN_MAX["seq_len"]))
+        block_size = choices.one_of(draw, *_BLOCK_SIZES, (34, 64))
+        lengths = ((513, DRAWN_MAX["seq_len"]), DRAWN_MAX["seq_len"])
         head_dim, kv_heads, num_seqs = min(head_dim, 16), min(kv_heads, 2), min(num_seqs, 2)
     elif size == BIG_BLOCK:
-        block_size = draw(st.one_of(st.integers(34, DRAWN_MAX["block_size"]), st.sampled_from([2048, 2049, 4095, DRAWN_MAX["block_size"]])), label="block_size")
-        lengths = st.integers(1, 2 * block_size + 1)
+        block_size = choices.one_of(draw, (34, DRAWN_MAX["block_size"]), [2048, 2049, 4095, DRAWN_MAX["block_size"]])
+        lengths = ((1, 2 * block_size + 1),)
         head_dim, kv_heads, num_seqs = min(head_dim, 8), min(kv_heads, 2), min(num_seqs, 2)
     elif size == WIDE_HEAD:
-        block_size = draw(_block_sizes, label="block_size")
-        head_dim = draw(st.one_of(st.integers(129, DRAWN_MAX["head_dim"]), st.just(DRAWN_MAX["head_dim"])), label="head_dim")
-        lengths = st.integers(1, 64)
+        block_size = choices.one_of(draw, *_BLOCK_SIZES)
+        head_dim = choices.one_of(draw, (129, DRAWN_MAX["head_dim"]), DRAWN_MAX["head_dim"])
+        lengths = ((1, 64),)
     elif size == MANY:
-        block_size = draw(_block_sizes, label="block_size")
-        num_seqs = draw(st.one_of(st.integers(5, DRAWN_MAX["num_seqs"]), st.just(DRAWN_MAX["num_seqs"])), label="num_seqs")
-        lengths = st.integers(1, 64)
+        block_size = choices.one_of(draw, *_BLOCK_SIZES)
+        num_seqs = choices.one_of(draw, (5, DRAWN_MAX["num_seqs"]), DRAWN_MAX["num_seqs"])
+        lengths = ((1, 64),)
         head_dim, kv_heads = min(head_dim, 16), min(kv_heads, 2)
     else:
-        block_size = draw(_block_sizes, label="block_size")
+        block_size = choices.one_of(draw, *_BLOCK_SIZES)
     seq_lens = []
     for _ in range(num_seqs):
-        if draw(st.booleans(), label="on a block boundary"):
-            seq_lens.append(block_size * draw(st.integers(1, max(1, 64 // block_size)), label="blocks"))
+        if choices.boolean(draw):  # on a block boundary
+            seq_lens.append(block_size * choices.integer(draw, 1, max(1, 64 // block_size)))
         else:
-            seq_lens.append(draw(lengths, label="seq_len"))
+            seq_lens.append(choices.one_of(draw, *lengths))
     return block_size, seq_lens, head_dim, kv_heads
 
 
@@ -373,7 +375,7 @@ def cases(draw: st.DrawFn, force: str | None = None, device: str = "cpu", avoid:
 
     def on(feature: str) -> bool:
         # Each feature on three times in four: every feature item needs its own random cases.
-        return force == feature or (feature not in avoid and draw(st.integers(0, 3), label=f"{feature} on") > 0)
+        return force == feature or (feature not in avoid and choices.integer(draw, 0, 3) > 0)
 
     block_size, seq_lens, head_dim, kv_heads = _sizes(draw)
     case = Case(
@@ -381,13 +383,13 @@ def cases(draw: st.DrawFn, force: str | None = None, device: str = "cpu", avoid:
         block_size=block_size,
         head_dim=head_dim,
         num_kv_heads=kv_heads,
-        index_dtype=draw(st.sampled_from(["int32", "int64"]), label="index dtype"),
-        salt=draw(st.integers(1, 2**20), label="salt"),
+        index_dtype=choices.pick(draw, ["int32", "int64"]),
+        salt=choices.integer(draw, 1, 2**20),
         device=device,
-        offset=draw(st.sampled_from([0.0, 1.0]), label="value offset"),
+        offset=choices.pick(draw, [0.0, 1.0]),
     )
-    return _with_features(case, on, lambda label, options: draw(st.sampled_from(options), label=label),
-                          lambda label, low, high: draw(st.integers(low, high), label=label))
+    return _with_features(case, on, lambda label, options: choices.pick(draw, options),
+                          lambda label, low, high: choices.integer(draw, low, high))
 
 
 Pick = Callable[[str, Sequence[Any]], Any]  # (label, options) -> one of them

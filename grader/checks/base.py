@@ -424,10 +424,7 @@ def student_error(ctx: ItemContext, reply: Reply, what: str, todo_label: str) ->
     )
 
 
-def hypothesis_settings(config: Config, max_examples: int, stateful: bool = False) -> settings:
-    kwargs: dict[str, Any] = {}
-    if stateful:
-        kwargs["stateful_step_count"] = config.hypothesis.stateful_steps
+def hypothesis_settings(config: Config, max_examples: int) -> settings:
     return settings(
         max_examples=max_examples,
         database=None,
@@ -438,7 +435,6 @@ def hypothesis_settings(config: Config, max_examples: int, stateful: bool = Fals
         report_multiple_bugs=False,
         print_blob=False,
         verbosity=settings.default.verbosity.quiet,
-        **kwargs,
     )
 
 

@@ -163,6 +163,16 @@ class ContractState:
                 continue
             if req is not None and any(label == "pool" for label, _ in found):
                 self.script.lines.insert(len(self.script.lines) - 1, Line("pool_before, pool_object = m.physical_kv_cache.clone(), m.physical_kv_cache"))
+            if req is not None and self.script.lines and self.script.lines[-1].code == step:
+                # The state must keep to the contract whether the call returns or runs out of
+                # blocks: the reproduction holds for a correct allocator that raises OOM here.
+                self.script.lines[-1:] = [
+                    Line("try:"),
+                    Line(f"    {step}"),
+                    Line("except RuntimeError as error:", "an OOM may be right here; the state must keep to the contract either way",
+                         "这里报 OOM 可能是对的；无论如何状态都必须符合约定"),
+                    Line('    assert "OOM" in str(error), error'),
+                ]
             for label, _ in found:
                 self.script.expect(*_contract_assert(label))
             expected = Text("、".join(_CONTRACT[label].zh for label in _parts(found)), ", ".join(_CONTRACT[label].en for label in _parts(found)))

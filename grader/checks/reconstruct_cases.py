@@ -20,6 +20,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 from hypothesis import strategies as st
 
+from grader.checks import choices
+
 
 @dataclass(frozen=True)
 class Example:
@@ -131,40 +133,41 @@ DRAWN_MAX = {"num_blocks": 600, "block_size": 4096, "head_dim": 256}
 @st.composite
 def examples(draw: st.DrawFn, tails: float, ordered: bool = False) -> Example:
     """`ordered`: one block, or blocks in physical order (truncation judged where table order broke)."""
-    size = draw(st.sampled_from(SIZE_CLASSES), label="size class")
-    block_size = draw(st.one_of(st.sampled_from([1, 2, 3, 4, 5, 8]), st.integers(1, 20)), label="block_size")
-    num_blocks = draw(st.integers(1, 10), label="num_blocks")
-    head_dim = draw(st.integers(1, 5), label="head_dim")
+    # Drawn as choices.py says why: the same choices as the strategies they stand for.
+    size = choices.pick(draw, SIZE_CLASSES)
+    block_size = choices.one_of(draw, [1, 2, 3, 4, 5, 8], (1, 20))
+    num_blocks = choices.integer(draw, 1, 10)
+    head_dim = choices.integer(draw, 1, 5)
     if size == LONG_TABLE:
-        num_blocks = draw(st.one_of(st.integers(11, DRAWN_MAX["num_blocks"]), st.just(DRAWN_MAX["num_blocks"])), label="num_blocks")
+        num_blocks = choices.one_of(draw, (11, DRAWN_MAX["num_blocks"]), DRAWN_MAX["num_blocks"])
         block_size, head_dim = min(block_size, 8), min(head_dim, 3)
     elif size == BIG_BLOCK:
-        block_size = draw(st.one_of(st.integers(21, DRAWN_MAX["block_size"]), st.sampled_from([2049, 4095, DRAWN_MAX["block_size"]])), label="block_size")
+        block_size = choices.one_of(draw, (21, DRAWN_MAX["block_size"]), [2049, 4095, DRAWN_MAX["block_size"]])
         num_blocks, head_dim = min(num_blocks, 3), min(head_dim, 2)
     elif size == WIDE_HEAD:
-        head_dim = draw(st.one_of(st.integers(6, DRAWN_MAX["head_dim"]), st.just(DRAWN_MAX["head_dim"])), label="head_dim")
+        head_dim = choices.one_of(draw, (6, DRAWN_MAX["head_dim"]), DRAWN_MAX["head_dim"])
     # One block a fifth of the time (a result that is a view of it shows there); several otherwise.
-    single = draw(st.integers(0, 4 if not ordered else 1), label="one block") == 0
-    used = 1 if single else draw(st.integers(min(2, num_blocks), num_blocks), label="blocks used")
+    single = choices.integer(draw, 0, 4 if not ordered else 1) == 0
+    used = 1 if single else choices.integer(draw, min(2, num_blocks), num_blocks)
     if num_blocks > 10:  # a long table: an affine permutation, written as its formula
-        table = _affine(num_blocks, used, draw(st.integers(1, num_blocks), label="stride"), draw(st.integers(0, num_blocks - 1), label="shift"))
+        table = _affine(num_blocks, used, choices.integer(draw, 1, num_blocks), choices.integer(draw, 0, num_blocks - 1))
     else:
-        table = draw(st.permutations(range(num_blocks)), label="table")[:used]
-    if ordered or draw(st.integers(0, 3), label="sorted table") == 0:  # physical order a quarter of the time
+        table = choices.permutation(draw, num_blocks)[:used]
+    if ordered or choices.integer(draw, 0, 3) == 0:  # physical order a quarter of the time
         table = sorted(table)
     elif table == sorted(table):
         table = table[::-1]  # otherwise never physical order
     tail = draw(st.floats(0, 1), label="tail?") < tails
-    seq_len = draw(st.integers((used - 1) * block_size + 1, used * block_size), label="seq_len") if tail else used * block_size
+    seq_len = choices.integer(draw, (used - 1) * block_size + 1, used * block_size) if tail else used * block_size
     first = seq_len
     events: list[tuple[str, int]] = [("read", 0)]
-    for _ in range(draw(st.integers(0, 3), label="more events")):
-        kind = draw(st.sampled_from(["read", "write", "grow", "rebind", "swap"]), label="event")
+    for _ in range(choices.integer(draw, 0, 3)):
+        kind = choices.pick(draw, ["read", "write", "grow", "rebind", "swap"])
         if kind == "grow":
             room = (num_blocks - used) * block_size + (used * block_size - seq_len)
             if room <= 0:
                 continue
-            n = draw(st.integers(1, room), label="tokens")
+            n = choices.integer(draw, 1, room)
             used = math.ceil((seq_len + n) / block_size)
             seq_len += n
             events += [("grow", n), ("read", 0)]
