@@ -12,7 +12,8 @@ the dashboard.  What it costs is `[integrity] tamper` in grader/config.toml:
 
 - "zero_items" (the default): the items whose evidence it could have changed get no points.  A
   denied operation changed nothing (it raised before it reached anything), so it costs nothing
-  by itself; a frame forged on the grader's connection, or the grader's code in the worker
+  by itself, nor does a shared file grown past its end ("grown": the judge reads its own regions
+only, and cuts the file back after the call); a frame forged on the grader's connection, or the grader's code in the worker
   found broken where it cannot fail ("broken": its memory written), could have changed what that
   session reported, so the items graded with that session (every item, if it happened while
   the cells ran) get no points;
@@ -28,7 +29,7 @@ from typing import Any
 from grader.results import FAILED, PASSED, Failure, ItemResult, Tampering, Text
 
 POLICIES = ("zero_items", "zero_all", "flag")
-KINDS = ("gc", "frames", "frame", "code", "trace", "audit", "memory", "forged", "broken")
+KINDS = ("gc", "frames", "frame", "code", "trace", "audit", "memory", "forged", "broken", "grown")
 MAX_RECORDS = 50
 
 WHAT = {
@@ -43,6 +44,8 @@ WHAT = {
     "memory": ("读写进程内存（{detail}）被拒绝", "reading or writing the process's memory ({detail}) denied"),
     "forged": ("在评分器的连接上写入了不是评分器写的数据：该会话的答复不可信，其评分的项目不计分",
                "wrote on the grader's connection a frame the grader did not write: that session's replies cannot be taken, and the items it graded get no points"),
+    "grown": ("把评分器与它共享的文件写长到末尾之外（{detail}）：已截回；这会占用其他评分也看得到的磁盘空间",
+              "wrote past the end of a file the judge shares with it ({detail}): cut back; it takes disk space other gradings can see"),
     "broken": ("评分器在被评分进程中的代码在不可能失败的地方失败了（{detail}）：它被改动过（改写了内存？）；该会话评分的项目不计分",
                "the grader's own code in the graded process failed where it cannot fail ({detail}): it was changed (its memory written?), and the items that session graded get no points"),
 }

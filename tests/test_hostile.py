@@ -205,6 +205,8 @@ EXPECT: dict[str, Expect] = {
     "tamper_atfork_kept_ledger.py": Expect(failed=fail(["todo1.per_token", "todo1.per_block_and_total"], "wrong"), tampered=("frames",)),
     "tamper_atfork_kept_view.py": Expect(failed=fail(["todo4.table_order"], "wrong"), tampered=("frames",)),
     "tamper_atfork_judge_key.py": Expect(tampered=("frames",)),
+    # The judge's shared files are on its disk: a write past their end is cut back after the call, and listed (red team 18).
+    "shared_file_grown.py": Expect(tampered=("grown",)),
     "tamper_forged_replies.py": Expect(failed=fail(TODO["todo4"], "crashed", "integrity"), tampered=("forged",)),
 }
 CASES = sorted(EXPECT)

@@ -78,6 +78,9 @@ class FakeSession:
         self.handles += 1
         return self.handles
 
+    def watch(self, shared: Any) -> None:
+        pass  # no file grows in this process
+
     def defer(self, op: str, on_reply: Any = None, **fields: Any) -> None:
         self.pending.append(({"op": op, "id": 1, **fields, **({"must_succeed": True} if on_reply else {})}, on_reply))
 

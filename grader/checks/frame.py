@@ -44,6 +44,8 @@ class SharedPool:
             os.fchmod(self.fd, 0o660)
         os.pwrite(self.fd, data, 0)
         self.data = data  # what the judge last wrote: what the pool must hold
+        self.closed = False
+        session.watch(self)  # its size too (Session._cut_back_grown_files)
 
     @property
     def spec(self) -> dict[str, Any]:
@@ -61,6 +63,9 @@ class SharedPool:
         self.data = data
 
     def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
         try:
             os.close(self.fd)
         except OSError:

@@ -55,6 +55,8 @@ class Session:
     # Requests sent with the next call, in its frame (defer), each with what reads its reply.
     _pending: list[tuple[dict[str, Any], Callable[[Reply], None] | None]] = field(default_factory=list)
     _handles: int = field(default=JUDGE_HANDLES)  # the last object handle the judge chose (new_handle)
+    # The judge's files the session child maps (inputs, pools): each must keep its size (watch).
+    _watched: list[Any] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.budget.session_started(self.pid)
@@ -115,6 +117,7 @@ class Session:
             reply = _recv_signed(self.conn, clock, self.key, self._frames, request)
             self._frames += 1
             self._note_tamper(reply.get("tamper"))
+            self._cut_back_grown_files()
             if pending:
                 reply = self._unbatch(reply, pending)
             if shared is not None and reply.get("ok") is True and isinstance(reply.get("value"), dict):
@@ -138,6 +141,25 @@ class Session:
             if shared is not None:
                 shared.close_unless(self._caches)
         return _reply(reply)
+
+    def watch(self, shared: Any) -> None:
+        """A file of the judge's that the session child maps (it has `fd`, `size`, `closed`)."""
+        self._watched.append(shared)
+
+    def _cut_back_grown_files(self) -> None:
+        """The mapped files are the judge's, on its disk: a submission may write past their end
+        (pwrite on the path; nothing it maps can grow them), which takes disk the sandbox's own
+        cap does not count, and which other gradings could see in the disk's free space.  Cut
+        back to their size after every call, and said (tampering "grown")."""
+        self._watched = [f for f in self._watched if not f.closed]
+        for shared in self._watched:
+            try:
+                size = os.fstat(shared.fd).st_size
+                if size != shared.size:
+                    os.ftruncate(shared.fd, shared.size)
+                    self._note_tamper([["grown", f"{size - shared.size:+d} bytes", "", False, False]])
+            except OSError:
+                pass
 
     def _unbatch(self, reply: dict[str, Any], pending: list[tuple[dict[str, Any], Callable[[Reply], None] | None]]) -> dict[str, Any]:
         """The deferred requests' replies handed to their readers, in order; the waited-for call's returned."""
@@ -183,6 +205,7 @@ class Session:
         shared_fields, shared = _share_inputs(fields, self.shared_dir, self.shared_gid, skip=CACHES if reuse else ())
         if shared is None:
             return fields, None
+        self.watch(shared)
         if reuse:
             assert previous is not None
             for name in CACHES:
@@ -238,8 +261,8 @@ class _SharedInputs:
     A call that reuses the caches of the example (a decode step) reads them from the file that
     holds them (`adopt`), which stays open until the example ends."""
 
-    def __init__(self, fd: int, path: Path, regions: dict[str, tuple[int, int]], layout: dict[str, tuple[str, list[int]]]):
-        self.fd, self.path, self.regions, self.layout = fd, path, regions, layout
+    def __init__(self, fd: int, path: Path, regions: dict[str, tuple[int, int]], layout: dict[str, tuple[str, list[int]]], size: int = 64):
+        self.fd, self.path, self.regions, self.layout, self.size = fd, path, regions, layout, size
         self.borrowed: dict[str, _SharedInputs] = {}
         self.closed = False
 
@@ -300,4 +323,4 @@ def _share_inputs(fields: dict[str, Any], directory: Path, gid: int | None = Non
     for name, blob in blobs.items():
         os.pwrite(fd, blob, regions[name][0])
     os.ftruncate(fd, max(offset, 64))
-    return {**fields, **layout, "shared": {"path": str(path), "size": max(offset, 64)}}, _SharedInputs(fd, path, regions, shapes)
+    return {**fields, **layout, "shared": {"path": str(path), "size": max(offset, 64)}}, _SharedInputs(fd, path, regions, shapes, max(offset, 64))
