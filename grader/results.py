@@ -103,7 +103,7 @@ class Tampering:
     """Something the submission did to the grader's own machinery (grader/tampering.py): what, where,
     whether it was stopped at the call, and the items it cost."""
 
-    kind: str  # "gc", "frames", "frame", "code", "trace", "audit", "memory", "forged", "broken", "grown"
+    kind: str  # "gc", "frames", "frame", "code", "trace", "audit", "memory", "forged", "broken", "grown", "kernel"
     detail: str  # the operation (gc.get_objects, tb_frame, sys.settrace, ...) or the path
     where: str  # the submission's file and line it was done at ("<cell 3>:12"), or ""
     scopes: list[str]  # "cells" (while the cells ran), or the items, TODOs or "given" whose sessions it was in

@@ -321,7 +321,7 @@ def sanitized_copy(result: GradeResult, limits: FieldLimits = DEFAULT_LIMITS) ->
     return sanitize_result(replace(result), limits)
 
 
-TAMPER_KINDS = ("gc", "frames", "frame", "code", "trace", "audit", "memory", "forged", "broken", "grown")
+TAMPER_KINDS = ("gc", "frames", "frame", "code", "trace", "audit", "memory", "forged", "broken", "grown", "kernel")
 
 
 def _tampering(records: list[Any], limits: FieldLimits) -> list[Tampering]:

@@ -14,7 +14,8 @@ the dashboard.  What it costs is `[integrity] tamper` in grader/config.toml:
   denied operation changed nothing (it raised before it reached anything), so it costs nothing
   by itself, nor does a shared file grown past its end ("grown": the judge reads its own regions
 only, and cuts the file back after the call); a frame forged on the grader's connection, or the grader's code in the worker
-  found broken where it cannot fail ("broken": its memory written), could have changed what that
+  found broken where it cannot fail ("broken": its memory written), or a torch operator it runs
+  given a kernel of the submission's ("kernel": torch.library), could have changed what that
   session reported, so the items graded with that session (every item, if it happened while
   the cells ran) get no points;
 - "zero_all": any of it, denied or not, and the whole grading gets no points (as an import of
@@ -29,7 +30,7 @@ from typing import Any
 from grader.results import FAILED, PASSED, Failure, ItemResult, Tampering, Text
 
 POLICIES = ("zero_items", "zero_all", "flag")
-KINDS = ("gc", "frames", "frame", "code", "trace", "audit", "memory", "forged", "broken", "grown")
+KINDS = ("gc", "frames", "frame", "code", "trace", "audit", "memory", "forged", "broken", "grown", "kernel")
 MAX_RECORDS = 50
 
 WHAT = {
@@ -46,6 +47,8 @@ WHAT = {
                "wrote on the grader's connection a frame the grader did not write: that session's replies cannot be taken, and the items it graded get no points"),
     "grown": ("把评分器与它共享的文件写长到末尾之外（{detail}）：已截回；这会占用其他评分也看得到的磁盘空间",
               "wrote past the end of a file the judge shares with it ({detail}): cut back; it takes disk space other gradings can see"),
+    "kernel": ("替换了评分器线程要用的 torch 算子的内核（{detail}，torch.library）：评分器读到的可能不是真实结果；该会话评分的项目不计分",
+               "replaced the kernel of a torch operator the grader's thread uses ({detail}, torch.library): what the grader read may not be what was there, and the items that session graded get no points"),
     "broken": ("评分器在被评分进程中的代码在不可能失败的地方失败了（{detail}）：它被改动过（改写了内存？）；该会话评分的项目不计分",
                "the grader's own code in the graded process failed where it cannot fail ({detail}): it was changed (its memory written?), and the items that session graded get no points"),
 }
@@ -65,7 +68,7 @@ def collect(cells: list[Any], sessions: list[tuple[str, Any]]) -> list[Tampering
         if record is None:
             if len(records) >= MAX_RECORDS:
                 continue
-            record = records[(kind, detail, where)] = Tampering(kind, detail, where, [], denied=kind not in ("forged", "broken"), message=Text("", ""))
+            record = records[(kind, detail, where)] = Tampering(kind, detail, where, [], denied=kind not in ("forged", "broken", "kernel"), message=Text("", ""))
         if scope not in record.scopes:
             record.scopes.append(scope)
     for record in records.values():

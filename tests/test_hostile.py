@@ -207,6 +207,14 @@ EXPECT: dict[str, Expect] = {
     "tamper_atfork_judge_key.py": Expect(tampered=("frames",)),
     # The judge's shared files are on its disk: a write past their end is cut back after the call, and listed (red team 18).
     "shared_file_grown.py": Expect(tampered=("grown",)),
+    # A kernel of the submission's registered over an ATen operator (torch.library) runs on the grader thread where
+    # it runs one: readings take a CPU tensor's memory instead, views of the judge's files are checked to be views,
+    # and a replaced kernel found before any other operator there is listed (red team 20).
+    "rt20_library_detach.py": Expect(failed=fail(TODO["todo5"], "wrong", "integrity"), tampered=("kernel",)),
+    "rt20_library_detach_todo4.py": Expect(failed={"todo4.table_order": ("wrong",), **fail(TODO["todo5"], "wrong", "integrity")},
+                                           tampered=("kernel",)),
+    "rt20_library_view_inputs.py": Expect(failed=fail(TODO["todo2"] + TODO["todo3"] + TODO["todo4"] + TODO["todo5"], "error", "not_exercised", "integrity"),
+                                          tampered=("kernel",)),
     "tamper_forged_replies.py": Expect(failed=fail(TODO["todo4"], "crashed", "integrity"), tampered=("forged",)),
 }
 CASES = sorted(EXPECT)

@@ -17,16 +17,25 @@ from os import O_CLOEXEC, O_NOFOLLOW, O_RDWR
 from os import close as close_fd
 from os import open as open_fd
 
+import numpy
 import torch
 from _pa_grader_hook import recorded
 from _pa_grader_readings import (
+    BYTES_TYPE,
+    DATA_PTR,
+    DEVICE_OF,
     DTYPE_OF,
     DTYPES,
+    ELEMENT_SIZE,
+    FOUND,
+    KEYS_OF,
     LIST_COPY,
     LIST_GET,
     LIST_POP,
     LIST_SET,
+    PLAIN_TENSOR,
     SIZE_OF,
+    STRIDE_OF,
     TENSOR,
     TYPE_NAME,
     as_int,
@@ -38,9 +47,12 @@ from _pa_grader_readings import (
     described,
     digest,
     edit,
+    found,
     has_base,
     int_list,
+    memory_of,
     method,
+    operators_intact,
     outcome,
     plain_attribute,
     plain_reading,
@@ -53,6 +65,7 @@ from _pa_grader_readings import (
 )
 
 CUDA_SYNC = torch.cuda.synchronize
+FROM_BUFFER, EMPTY, COPY_TO = torch.frombuffer, torch.empty, numpy.copyto
 ATTENTION_INPUTS = ("query", "key_cache", "value_cache", "block_tables", "seq_lens")
 
 
@@ -129,6 +142,32 @@ def shared_map(session, spec):
     return mapped
 
 
+def _lied(op):
+    """A torch operator the grader thread ran answered what it cannot: a kernel registered over it."""
+    found("kernel", op)
+    return refused({"type": "RuntimeError", "message": f"{op} answered the grader with a tensor it cannot make (a kernel registered over it?)",
+                    "not_implemented": False, "rejected_return": False, "isa": ["Exception", "RuntimeError"], "traceback": ""})
+
+
+def checked_view(flat, shape):
+    """`flat` (a 1-D tensor over memory of the grader's: the judge's file, the bytes it sent) seen
+    as `shape` by aten::view, and checked to be exactly that: a plain CPU tensor of its dtype,
+    at its address, laid out contiguously.  A kernel registered over aten::view could hand over
+    a copy instead, whose writes the judge would never see."""
+    view = TENSOR.view(flat, shape)
+    if type(view) is not PLAIN_TENSOR or DTYPE_OF(view) is not DTYPE_OF(flat) or DEVICE_OF(view).type != "cpu":
+        raise _lied("aten::view")
+    step, strides = 1, [1] * len(shape)
+    for i in range(len(shape) - 1, -1, -1):
+        strides[i] = step
+        step *= shape[i]
+    got_shape, got_strides = [int(d) for d in SIZE_OF(view)], [int(d) for d in STRIDE_OF(view)]
+    if (got_shape != shape or DATA_PTR(view) != DATA_PTR(flat) or KEYS_OF(view) != KEYS_OF(flat)
+            or any(d > 1 and a != b for d, a, b in zip(shape, got_strides, strides, strict=True))):
+        raise _lied("aten::view")
+    return view
+
+
 def tensor_from(payload, device="cpu", mapped=None):
     """A tensor the judge describes: a view of its shared file, or made from the bytes it sent."""
     if type(payload) is not dict or type(payload.get("dtype")) is not str or payload["dtype"] not in DTYPES:
@@ -136,13 +175,20 @@ def tensor_from(payload, device="cpu", mapped=None):
     dtype = DTYPES[payload["dtype"]]
     shape, count = _shape(payload)
     if count == 0:
-        return torch.empty(shape, dtype=dtype, device=device)
+        operators_intact()
+        empty = EMPTY(shape, dtype=dtype, device=device)
+        if type(empty) is not PLAIN_TENSOR or DTYPE_OF(empty) is not dtype or [int(d) for d in SIZE_OF(empty)] != shape:
+            raise _lied("aten::empty")
+        return empty
     if mapped is not None and type(payload.get("offset")) is int:
-        return TENSOR.view(torch.frombuffer(mapped, dtype=dtype, count=count, offset=payload["offset"]), shape)
+        return checked_view(FROM_BUFFER(mapped, dtype=dtype, count=count, offset=payload["offset"]), shape)
     if type(payload.get("data")) is not str:
         raise TypeError("tensor bytes of the wrong form")
-    flat = torch.frombuffer(bytearray(a2b_base64(payload["data"])), dtype=dtype)
-    return TENSOR.to(TENSOR.clone(TENSOR.reshape(flat, shape)), device)
+    tensor = checked_view(FROM_BUFFER(bytearray(a2b_base64(payload["data"])), dtype=dtype), shape)
+    if device == "cpu":
+        return tensor
+    operators_intact()  # a copy to the device is torch's (docs/trust.md)
+    return TENSOR.to(tensor, device)
 
 
 # --- operations (what the judge asks; the reproduction writes the same calls) ------------------------
@@ -239,6 +285,7 @@ def op_attention(session, msg):
         # No shared file (CUDA): the new caches copied into the previous call's tensors.
         for name in ("key_cache", "value_cache"):
             if name in previous and SIZE_OF(previous[name]) == SIZE_OF(inputs[name]) and DTYPE_OF(previous[name]) == DTYPE_OF(inputs[name]):
+                operators_intact()
                 TENSOR.copy_(previous[name], inputs[name])
                 inputs[name] = previous[name]
     session["caches"] = {"key_cache": inputs["key_cache"], "value_cache": inputs["value_cache"]}
@@ -263,7 +310,8 @@ def op_share_pool(session, msg):
     shape, count = _shape(msg)
     if msg.get("dtype") not in DTYPES or type(msg.get("shared")) is not dict or type(msg["shared"].get("path")) is not str:
         raise TypeError("a pool of the wrong form")
-    pool = TENSOR.view(torch.from_file(msg["shared"]["path"], shared=True, size=count, dtype=DTYPES[msg["dtype"]]), shape)
+    mapped = shared_map(session, msg["shared"])
+    pool = checked_view(FROM_BUFFER(mapped, dtype=DTYPES[msg["dtype"]], count=count), shape)
     session["pools"][msg["manager"]] = pool
     assign(session, manager, "physical_kv_cache", pool)
     return None
@@ -276,10 +324,23 @@ def op_set_pool(session, msg):
         return None
     pool = attribute(session, manager, "physical_kv_cache")
     if type(pool) is torch.Tensor:  # a plain tensor's copy_ is torch's own
+        target = _same_memory_layout(pool, tensor)
+        if target is not None:  # its bytes written by numpy: no torch operator (a kernel over copy_) runs
+            COPY_TO(target, memory_of(tensor, BYTES_TYPE[ELEMENT_SIZE(tensor)]))
+            return None
+        operators_intact()
         with_builtin_errors(TENSOR.copy_, pool, tensor)
     else:
         student_call(session, method("copy_", tensor), pool)
     return None
+
+
+def _same_memory_layout(pool, tensor):
+    """The pool's memory, writable, where copy_ would only copy bytes (a CPU tensor of the tensor's
+    dtype and shape); else None."""
+    if DEVICE_OF(pool).type != "cpu" or DTYPE_OF(pool) is not DTYPE_OF(tensor) or SIZE_OF(pool) != SIZE_OF(tensor):
+        return None
+    return memory_of(pool, BYTES_TYPE[ELEMENT_SIZE(pool)], writable=True)
 
 
 def op_edit_kept(session, msg):
@@ -645,7 +706,10 @@ def new_events(session):
     records = recorded()
     start = session["events_sent"]
     session["events_sent"] = len(records)
-    return [[e[0], e[1], e[2], e[3] == session["zygote"], e[4]] for e in records[start:start + 50]]
+    events = [[e[0], e[1], e[2], e[3] == session["zygote"], e[4]] for e in records[start:start + 50]]
+    found_here = FOUND[session["found_sent"]:]
+    session["found_sent"] = len(FOUND)
+    return events + [list(e) for e in found_here]
 
 
 def new_session(ns, caller, seeds, traceback_of=None, zygote=-1):
@@ -653,4 +717,4 @@ def new_session(ns, caller, seeds, traceback_of=None, zygote=-1):
     returned; `zygote`: the pid of the process the cells ran in (denials made there were made
     while the cells ran)."""
     return {"ns": ns, "caller": caller, "seeds": seeds, "traceback_of": traceback_of, "zygote": zygote, "handles": {}, "made": 0, "kept": {},
-            "pools": {}, "caches": {}, "maps": [], "grave": [], "kv_lab": {}, "sent": 0, "events_sent": 0, "sock": None}
+            "pools": {}, "caches": {}, "maps": [], "grave": [], "kv_lab": {}, "sent": 0, "events_sent": 0, "found_sent": 0, "sock": None}

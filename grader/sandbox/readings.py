@@ -11,10 +11,12 @@ module a cell can find).  Two rules:
   either queue, so nothing the submission runs can see, replace or reorder what the grader
   thread gets back: the object a call returned is the object the grader keeps;
 - **what comes back is read with C functions only**, bound before any cell ran: the plain data
-  a contract result is made of (dict.items, list, int.__index__ ...) and a tensor's bytes (torch's
-  C methods with neither __torch_function__ nor __torch_dispatch__ of the submission's), in
+  a contract result is made of (dict.items, list, int.__index__ ...) and a tensor's bytes, in
   exactly the form the judge receives (wire.plain, wire.tensor_payload), so that a digest taken
-  now and one taken later compare.
+  now and one taken later compare.  A CPU tensor's bytes are read from its memory by numpy
+  (`memory_of`), running no torch operator: a cell can register a kernel of its own for any
+  ATen operator (torch.library), and that kernel would run here, on the grader thread, and
+  answer what it likes.
 """
 
 from _hashlib import openssl_sha256
@@ -26,7 +28,7 @@ from collections import deque
 from itertools import starmap
 from operator import call as apply
 from operator import methodcaller
-from types import CodeType, FunctionType
+from types import CodeType, FunctionType, SimpleNamespace
 
 import numpy
 import torch
@@ -44,6 +46,17 @@ SIZE_OF = TENSOR.size
 NO_TORCH_FUNCTION = torch._C.DisableTorchFunction
 NO_TORCH_DISPATCH = torch._C._DisableTorchDispatch
 TO_BYTES = numpy.ndarray.tobytes
+AS_ARRAY, ANY, BIT_AND = numpy.asarray, numpy.ndarray.any, numpy.bitwise_and
+DATA_PTR, STRIDE_OF, NUMEL, ELEMENT_SIZE, STORAGE_OFFSET = (
+    TENSOR.data_ptr, TENSOR.stride, TENSOR.numel, TENSOR.element_size, TENSOR.storage_offset)
+STORAGE_OF, STORAGE_BYTES = TENSOR.untyped_storage, torch._C.StorageBase.nbytes
+KEYS_OF, HAS_KEY = torch._C._dispatch_keys, torch._C.DispatchKeySet.has
+# Keys under which a tensor's memory is not its value (a negative or conjugate view, a zero tensor with none).
+NOT_ITS_MEMORY = tuple(getattr(torch._C.DispatchKey, name) for name in ("Negative", "Conjugate", "ZeroTensor"))
+# How numpy reads one element: its bytes (for the judge), its value (is it zero?).
+BYTES_TYPE = {1: "|u1", 2: "<u2", 4: "<u4", 8: "<u8"}
+VALUE_TYPE = {"float64": "<f8", "float32": "<f4", "float16": "<f2", "bfloat16": "<u2", "int64": "<i8", "int32": "<i4",
+              "int16": "<i2", "int8": "|i1", "uint8": "|u1", "bool": "|b1"}
 MRO = type.__dict__["__mro__"].__get__
 TYPE_DICT = type.__dict__["__dict__"].__get__
 TYPE_NAME = type.__dict__["__name__"].__get__
@@ -101,6 +114,7 @@ def calls(session, *jobs):
 def call(session, function, *args, **kwargs):
     """`function(*args, **kwargs)` on the caller thread: (True, what it returned) or (False, what it raised)."""
     put, get = session["caller"]
+    COMPARED[0] = False
     put((function, args, kwargs))
     result = get()
     session["grave"].append(result)  # let go of on the caller thread, never here (a __del__ of the submission's)
@@ -296,32 +310,131 @@ def plain_reading(session, value, depth=0):
     return {"__object__": _module_of(kind) + "." + TYPE_QUALNAME(kind), "repr": shown}
 
 
+# --- torch operators the grader thread still runs ----------------------------------------------------
+# A CUDA tensor's bytes, a tensor the judge describes by its bytes, a view of the judge's file: these
+# take torch's operators (aten::view is checked by its result, answers.checked_view).  A kernel a
+# cell registers over one of them (torch.library) would run here and answer what it likes, so
+# before each such use the dispatcher's entries for them, under the keys a CPU or CUDA tensor goes
+# through, are compared with what they were before any cell ran; a change is tampering ("kernel"),
+# found here and said in the next reply (FOUND).  Other keys (Meta, Functionalize ...) are left out:
+# a library a notebook imports may register there (torch._meta_registrations does).
+WATCHED_OPS = (
+    "aten::detach", "aten::alias", "aten::to.device", "aten::to.dtype", "aten::to.dtype_layout", "aten::_to_copy",
+    "aten::contiguous", "aten::clone", "aten::reshape", "aten::_reshape_alias", "aten::_unsafe_view", "aten::view",
+    "aten::view.dtype", "aten::_local_scalar_dense", "aten::item", "aten::all", "aten::eq.Scalar", "aten::copy_",
+    "aten::empty.memory_format", "aten::resolve_conj", "aten::resolve_neg",
+)
+WATCHED_KEYS = frozenset((
+    "CPU", "CUDA", "BackendSelect", "Python", "PythonTLSSnapshot", "PythonDispatcher", "PreDispatch", "Conjugate", "Negative",
+    "ZeroTensor", "ADInplaceOrView", "AutogradCPU", "AutogradCUDA", "AutogradOther", "AutocastCPU", "AutocastCUDA", "Undefined",
+    "Autograd[alias]", "CompositeImplicitAutograd[alias]", "CompositeExplicitAutograd[alias]",
+    "CompositeExplicitAutogradNonFunctional[alias]",
+))
+DUMP, DUMP_TABLE = torch._C._dispatch_dump, torch._C._dispatch_dump_table
+
+
+def dispatcher_entries(op):
+    """What the dispatcher holds for `op` under the watched keys: the kernels registered (their
+    kind shows a Python kernel, whatever file it claims) and the table computed from them."""
+    lines = (DUMP(op) + "\n" + DUMP_TABLE(op)).split("\n")
+    return "\n".join([line for line in lines if line.split(":", 1)[0] in WATCHED_KEYS])
+
+
+BEFORE_CELLS = {op: dispatcher_entries(op) for op in WATCHED_OPS}  # this module loads before any cell
+FOUND = []  # tampering the grader thread found itself: [kind, detail, where, while the cells ran, in the grader thread]
+# Whether the dispatcher was compared since the submission's code last ran on the caller thread
+# (a comparison costs a millisecond; `call` clears it).
+COMPARED = [False]
+
+
+def found(kind, detail):
+    if [kind, detail, "", False, True] not in FOUND and len(FOUND) < 50:
+        FOUND.append([kind, detail, "", False, True])
+
+
+def operators_intact():
+    """Before the grader thread runs a torch operator: False (and tampering found) where a watched
+    operator's kernels for CPU or CUDA tensors changed since before the cells ran."""
+    if COMPARED[0]:
+        return not FOUND
+    intact = True
+    for op in WATCHED_OPS:
+        if dispatcher_entries(op) != BEFORE_CELLS[op]:
+            found("kernel", op)
+            intact = False
+    COMPARED[0] = True
+    return intact
+
+
+def memory_of(tensor, typestr, writable=False):
+    """A CPU tensor's elements as a numpy array over its own memory, or None where its memory is
+    not its value (a negative or conjugate view, no storage, a storage shorter than its strides
+    reach: a storage resized after the tensor was made).  No torch operator runs: a kernel
+    registered over one would run here, on the grader thread."""
+    if HAS_KEY(KEYS_OF(tensor), NOT_ITS_MEMORY[0]) or HAS_KEY(KEYS_OF(tensor), NOT_ITS_MEMORY[1]) or HAS_KEY(KEYS_OF(tensor), NOT_ITS_MEMORY[2]):
+        return None
+    size, shape, strides = ELEMENT_SIZE(tensor), [int(d) for d in SIZE_OF(tensor)], [int(s) for s in STRIDE_OF(tensor)]
+    reach = 0
+    for d, s in zip(shape, strides, strict=True):
+        if d == 0:
+            return AS_ARRAY(SimpleNamespace(__array_interface__={"version": 3, "typestr": typestr, "data": (0, False), "shape": tuple(shape)}))
+        if s < 0:
+            return None
+        reach += (d - 1) * s
+    try:
+        pointer, needed = DATA_PTR(tensor), (STORAGE_OFFSET(tensor) + reach + 1) * size
+        if pointer == 0 or STORAGE_BYTES(STORAGE_OF(tensor)) < needed:
+            return None
+    except Exception:  # no storage (a wrapper subclass)
+        return None
+    return AS_ARRAY(SimpleNamespace(__array_interface__={
+        "version": 3, "typestr": typestr, "data": (pointer, not writable), "shape": tuple(shape), "strides": tuple([s * size for s in strides])}))
+
+
 def tensor_reading(value):
     """A tensor as wire.tensor_payload sends it (dtype, shape, device, base64 of its bytes), read
-    with torch's C methods only; a `rejection` for a value that side would not send."""
+    with C functions only (a CPU tensor's from its memory); a `rejection` for a value that side
+    would not send."""
     if not has_base(type(value), TENSOR):
         return rejection(f"expected a torch.Tensor, got {TYPE_NAME(type(value))}")
     with NO_TORCH_FUNCTION(), NO_TORCH_DISPATCH():
-        tensor = value if type(value) is PLAIN_TENSOR else TENSOR.as_subclass(value, PLAIN_TENSOR)
-        dtype = DTYPE_OF(tensor)
+        dtype = DTYPE_OF(value)
         name = DICT_GET(DTYPE_NAMES, dtype)
-        shape = [int(d) for d in SIZE_OF(tensor)]
+        shape = [int(d) for d in SIZE_OF(value)]
         if name is None:
             return rejection(f"unsupported dtype {str(dtype).replace('torch.', '')}")
-        if TENSOR.numel(tensor) * TENSOR.element_size(tensor) > MAX_REPLY_TENSOR:
+        if NUMEL(value) * ELEMENT_SIZE(value) > MAX_REPLY_TENSOR:
             return rejection(f"the returned tensor is too large ({shape}, {name})")
-        device = DEVICE_OF(tensor).type
-        flat = TENSOR.reshape(TENSOR.contiguous(TENSOR.to(TENSOR.detach(tensor), "cpu")), (-1,))
-        data = TO_BYTES(TENSOR.numpy(TENSOR.view(flat, DTYPES["uint8"])))
+        device = DEVICE_OF(value).type
+        if device == "cpu":
+            memory = memory_of(value, BYTES_TYPE[ELEMENT_SIZE(value)])
+            if memory is None:
+                return rejection("a tensor whose memory is not its value (a negative or conjugate view, or no storage): return a plain tensor")
+            data = TO_BYTES(memory)
+        else:  # a CUDA tensor's bytes need torch's copy to the host (docs/trust.md)
+            operators_intact()
+            tensor = value if type(value) is PLAIN_TENSOR else TENSOR.as_subclass(value, PLAIN_TENSOR)
+            flat = TENSOR.reshape(TENSOR.contiguous(TENSOR.to(TENSOR.detach(tensor), "cpu")), (-1,))
+            data = TO_BYTES(TENSOR.numpy(TENSOR.view(flat, DTYPES["uint8"])))
     return {"dtype": name, "shape": shape, "device": device, "data": b2a_base64(data, newline=False).decode("ascii")}
 
 
 def tensor_facts(value):
-    """(shape, dtype name, whether every element is zero) of a tensor, read with torch's C methods only."""
+    """(shape, dtype name, whether every element is zero) of a tensor, read with C functions only
+    (a CPU tensor's from its memory); None for whether it is zero where that cannot be read."""
     with NO_TORCH_FUNCTION(), NO_TORCH_DISPATCH():
-        tensor = value if type(value) is PLAIN_TENSOR else TENSOR.as_subclass(value, PLAIN_TENSOR)
-        zero = bool(TENSOR.item(TENSOR.all(TENSOR.eq(tensor, 0))))
-        return [int(d) for d in SIZE_OF(tensor)], str(DTYPE_OF(tensor)).replace("torch.", ""), zero
+        shape, name = [int(d) for d in SIZE_OF(value)], DICT_GET(DTYPE_NAMES, DTYPE_OF(value))
+        shown = name if name is not None else str(DTYPE_OF(value)).replace("torch.", "")
+        if name is None or DEVICE_OF(value).type != "cpu":
+            operators_intact()
+            tensor = value if type(value) is PLAIN_TENSOR else TENSOR.as_subclass(value, PLAIN_TENSOR)
+            return shape, shown, bool(TENSOR.item(TENSOR.all(TENSOR.eq(tensor, 0))))
+        memory = memory_of(value, VALUE_TYPE[name])
+        if memory is None:
+            return shape, shown, None
+        if name == "bfloat16":  # zero whatever its sign bit
+            memory = BIT_AND(memory, 0x7FFF)
+        return shape, shown, not bool(ANY(memory))
 
 
 def digest(session, value):

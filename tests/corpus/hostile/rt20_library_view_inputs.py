@@ -1,3 +1,4 @@
+# hostile: red team 20: a torch.library Python kernel for aten::view at the CPU key that hands the grader thread a private copy for its view of the judge's input file (hiding an in-place scaled query); expect the views of the judge's files (inputs, pools) refused as not views, TODOs 2-5 failing and the replaced kernel listed (tampering "kernel")
 # attack: torch.library Python kernel for aten::view at the CPU key; on the grader thread, the 1-D frombuffer view of the judge's input file reshaped to the 3-D query is handed over as a private copy, so the in-place query scale never reaches the file the judge reads
 # mistake: scales q in place; for float32 .float() returns the query itself, so the caller's query tensor is multiplied by scale
 """PagedAttention exercise (solution)."""
