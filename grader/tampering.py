@@ -12,8 +12,8 @@ the dashboard.  What it costs is `[integrity] tamper` in grader/config.toml:
 
 - "zero_items" (the default): the items whose evidence it could have changed get no points.  A
   denied operation changed nothing (it raised before it reached anything), so it costs nothing
-  by itself, nor does a shared file grown past its end ("grown": the judge reads its own regions
-only, and cuts the file back after the call); a frame forged on the grader's connection, or the grader's code in the worker
+  by itself, nor did a shared file grown past its end ("grown": read in older results only; the
+  judge's files are sealed memfds now, which cannot grow); a frame forged on the grader's connection, or the grader's code in the worker
   found broken where it cannot fail ("broken": its memory written), or a torch operator it runs
   given a kernel of the submission's ("kernel": torch.library), could have changed what that
   session reported, so the items graded with that session (every item, if it happened while

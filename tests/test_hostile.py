@@ -205,8 +205,8 @@ EXPECT: dict[str, Expect] = {
     "tamper_atfork_kept_ledger.py": Expect(failed=fail(["todo1.per_token", "todo1.per_block_and_total"], "wrong"), tampered=("frames",)),
     "tamper_atfork_kept_view.py": Expect(failed=fail(["todo4.table_order"], "wrong"), tampered=("frames",)),
     "tamper_atfork_judge_key.py": Expect(tampered=("frames",)),
-    # The judge's shared files are on its disk: a write past their end is cut back after the call, and listed (red team 18).
-    "shared_file_grown.py": Expect(tampered=("grown",)),
+    # The judge's shared files were on its disk (red team 18): sealed memfds now, a write past their end fails.
+    "shared_file_grown.py": Expect(),
     # A kernel of the submission's registered over an ATen operator (torch.library) runs on the grader thread where
     # it runs one: readings take a CPU tensor's memory instead, views of the judge's files are checked to be views,
     # and a replaced kernel found before any other operator there is listed (red team 20).

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import tempfile
-from pathlib import Path
+import os
 from typing import Any
 
 import pytest
@@ -27,7 +26,7 @@ from grader.checks.given import bound_methods
 from grader.config import load_config
 from grader.results import Failure
 from grader.sandbox.protocol import Reply, _clean_error
-from grader.sandbox.session import JUDGE_HANDLES, Session
+from grader.sandbox.session import JUDGE_HANDLES, Session, with_fds
 from tests import machinery_kit
 from tests.conftest import ROOT
 
@@ -63,11 +62,11 @@ class Corruption:
 class FakeSession:
     """A session child in this process: the worker's own grader code, one reply corrupted."""
 
-    def __init__(self, plan: Corruption, counter: list[int], shared_dir: Path):
+    def __init__(self, plan: Corruption, counter: list[int]):
         self.child = machinery_kit.session(NAMESPACE)
         self.plan, self.counter = plan, counter
         self.alive = True
-        self.shared_dir, self.shared_gid = shared_dir, None
+        self.shares_files = True
         self.pending: list[tuple[dict[str, Any], Any]] = []
         self.handles = JUDGE_HANDLES
 
@@ -77,9 +76,6 @@ class FakeSession:
     def new_handle(self) -> int:
         self.handles += 1
         return self.handles
-
-    def watch(self, shared: Any) -> None:
-        pass  # no file grows in this process
 
     def defer(self, op: str, on_reply: Any = None, **fields: Any) -> None:
         self.pending.append(({"op": op, "id": 1, **fields, **({"must_succeed": True} if on_reply else {})}, on_reply))
@@ -98,7 +94,14 @@ class FakeSession:
         pending, self.pending = self.pending, []
         if pending:  # as Session.call sends them: one batch, each reply of it counted and maybe corrupted
             message = {"op": "batch", "id": 1, "ops": [m for m, _ in pending] + [message]}
-        reply = json.loads(json.dumps(MACHINERY.answer(self.child, json.loads(json.dumps(message))), allow_nan=True))
+        message, fds = with_fds(message)  # as the worker receives them: its own descriptors, closed after the request
+        self.child["fds"] = [os.dup(fd) for fd in fds]
+        try:
+            reply = json.loads(json.dumps(MACHINERY.answer(self.child, json.loads(json.dumps(message))), allow_nan=True))
+        finally:
+            for fd in self.child["fds"]:
+                os.close(fd)
+            self.child["fds"] = []
         if pending:
             for sub in reply.get("value") or []:
                 self._corrupt(sub)
@@ -119,11 +122,11 @@ class FakeSession:
 
 
 class FakeSandbox:
-    def __init__(self, plan: Corruption, shared_dir: Path):
-        self.plan, self.counter, self.shared_dir = plan, [0], shared_dir
+    def __init__(self, plan: Corruption):
+        self.plan, self.counter = plan, [0]
 
     def session(self, deadline: float) -> FakeSession:
-        return FakeSession(self.plan, self.counter, self.shared_dir)
+        return FakeSession(self.plan, self.counter)
 
 
 def _small_config():
@@ -145,22 +148,21 @@ FAMILIES = ["todo1.per_token", "todo2.block_count", "todo3.growth", "todo4.table
 
 
 def _run(item: str, plan: Corruption) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        sandbox = FakeSandbox(plan, Path(tmp))
-        ctx = ItemContext(sandbox, CONFIG, item, None, Grading())  # type: ignore[arg-type]
-        try:
-            if item == "given.bound":
-                bound_methods(ctx, {"Request", "KVCacheManager", "estimate_kv_cache_bytes", "paged_attention"})
-            elif item in GIVEN:
-                try:
-                    GIVEN[item](ctx)
-                except (given_checks.Differs, Flaky):
-                    pass  # a finding about given code (as check_given takes it): the call's answer, not a crash
-            else:
-                failure = CHECKS[item](ctx)
-                assert failure is None or isinstance(failure, Failure)
-        finally:
-            ctx.close()
+    sandbox = FakeSandbox(plan)
+    ctx = ItemContext(sandbox, CONFIG, item, None, Grading())  # type: ignore[arg-type]
+    try:
+        if item == "given.bound":
+            bound_methods(ctx, {"Request", "KVCacheManager", "estimate_kv_cache_bytes", "paged_attention"})
+        elif item in GIVEN:
+            try:
+                GIVEN[item](ctx)
+            except (given_checks.Differs, Flaky):
+                pass  # a finding about given code (as check_given takes it): the call's answer, not a crash
+        else:
+            failure = CHECKS[item](ctx)
+            assert failure is None or isinstance(failure, Failure)
+    finally:
+        ctx.close()
 
 
 @settings(max_examples=30, deadline=None, database=None, suppress_health_check=list(HealthCheck))

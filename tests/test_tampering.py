@@ -13,11 +13,11 @@ import base64
 import dis
 import hashlib
 import json
+import os
 import socket
 import struct
 import subprocess
 import sys
-import tempfile
 import types
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from grader.checks.frame import plain_digest, tensor_digest
 from grader.results import FAILED, PASSED, ItemResult, Text
 from grader.sandbox import protocol, wire
 from grader.sandbox.clock import Budget
-from grader.sandbox.session import Session, _share_inputs
+from grader.sandbox.session import Session, _share_inputs, with_fds
 from tests import machinery_kit
 from tests.conftest import ROOT
 
@@ -422,33 +422,78 @@ def _payload(array: np.ndarray) -> dict[str, Any]:
     return {"dtype": str(array.dtype), "shape": list(array.shape), "data": base64.b64encode(array.tobytes()).decode()}
 
 
+def _open_fds() -> set[int]:
+    return {int(n) for n in os.listdir("/proc/self/fd")}
+
+
 def test_reused_caches_are_written_into_the_file_that_holds_them(stand_in: int) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        judge, _ = socket.socketpair()
-        session = _session(judge, b"", stand_in)
-        session.shared_dir = Path(tmp)
-        names = ("query", "key_cache", "value_cache", "block_tables", "seq_lens")
-        first = {n: _payload(np.full((2, 4), i, dtype=np.float32)) for i, n in enumerate(names)}
-        fields, shared = session._share_attention_inputs(first)
-        assert shared is session._caches
-        second = {n: _payload(np.full((2, 4), 10 + i, dtype=np.float32)) for i, n in enumerate(names)}
-        fields2, shared2 = session._share_attention_inputs({**second, "reuse_caches": True})
-        assert fields2["key_cache"] == {"dtype": "float32", "shape": [2, 4], "reused": True}
-        assert shared2 is not None and shared2 is not shared
-        digests = shared2.digests()
-        assert digests["key_cache"] == hashlib.sha256(np.full((2, 4), 11, dtype=np.float32).tobytes()).hexdigest()
-        assert digests["query"] == hashlib.sha256(np.full((2, 4), 10, dtype=np.float32).tobytes()).hexdigest()
-        shared2.close_unless(session._caches)
-        session._drop_caches()
-        assert list(Path(tmp).iterdir()) == []
+    judge, _ = socket.socketpair()
+    session = _session(judge, b"", stand_in)
+    session.shares_files = True
+    before = _open_fds()
+    names = ("query", "key_cache", "value_cache", "block_tables", "seq_lens")
+    first = {n: _payload(np.full((2, 4), i, dtype=np.float32)) for i, n in enumerate(names)}
+    fields, shared = session._share_attention_inputs(first)
+    assert shared is session._caches
+    second = {n: _payload(np.full((2, 4), 10 + i, dtype=np.float32)) for i, n in enumerate(names)}
+    fields2, shared2 = session._share_attention_inputs({**second, "reuse_caches": True})
+    assert fields2["key_cache"] == {"dtype": "float32", "shape": [2, 4], "reused": True}
+    assert shared2 is not None and shared2 is not shared
+    digests = shared2.digests()
+    assert digests["key_cache"] == hashlib.sha256(np.full((2, 4), 11, dtype=np.float32).tobytes()).hexdigest()
+    assert digests["query"] == hashlib.sha256(np.full((2, 4), 10, dtype=np.float32).tobytes()).hexdigest()
+    shared2.close_unless(session._caches)
+    session._drop_caches()
+    assert _open_fds() == before  # every memfd closed
 
 
 def test_inputs_of_no_bytes_still_get_a_file() -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        empty = _payload(np.zeros((0, 4), dtype=np.float32))
-        fields, shared = _share_inputs({n: empty for n in ("query", "key_cache", "value_cache", "block_tables", "seq_lens")}, Path(tmp))
-        assert shared is not None and fields["shared"]["size"] >= 64
-        shared.close()
+    empty = _payload(np.zeros((0, 4), dtype=np.float32))
+    fields, shared = _share_inputs({n: empty for n in ("query", "key_cache", "value_cache", "block_tables", "seq_lens")})
+    assert shared is not None and fields["shared"]["size"] >= 64
+    shared.close()
+
+
+def test_the_judges_files_cannot_grow_or_shrink_and_have_no_path() -> None:
+    """Red team 18 grew a shared file by 60 MiB on the judge's disk (a channel between gradings):
+    the files are sealed memfds now, handed over with the request that maps them."""
+    payload = _payload(np.arange(8, dtype=np.float32).reshape(2, 4))
+    fields, shared = _share_inputs({n: payload for n in ("query", "key_cache", "value_cache", "block_tables", "seq_lens")})
+    assert shared is not None and set(fields["shared"]) == {"memfd", "size"}
+    size = os.fstat(shared.fd).st_size
+    with pytest.raises(PermissionError):
+        os.pwrite(shared.fd, b"x" * 4096, size)  # past the end
+    with pytest.raises(PermissionError):
+        os.ftruncate(shared.fd, size + 1)
+    with pytest.raises(PermissionError):
+        os.ftruncate(shared.fd, 0)
+    os.pwrite(shared.fd, b"\0\0\0\0", 0)  # within it: writable, as a view's in-place write must be
+    assert os.readlink(f"/proc/self/fd/{shared.fd}").startswith("/memfd:")
+    message, fds = with_fds({"op": "batch", "id": 3, "ops": [{"op": "share_pool", "shared": {"memfd": 41, "size": 8}}, {"op": "attention", **fields}]})
+    assert fds == [41, shared.fd]
+    assert message["ops"][0]["shared"] == {"fd": 0, "size": 8} and message["ops"][1]["shared"] == {"fd": 1, "size": size}
+    shared.close()
+
+
+def test_descriptors_come_with_their_frame() -> None:
+    """The judge's descriptors travel on a frame's first bytes; the grader thread takes them with
+    its length, and a frame without any gets none."""
+    judge, child = socket.socketpair()
+    fd = os.memfd_create("t")
+    try:
+        os.write(fd, b"pool")
+        protocol._send(judge, {"op": "share_pool", "shared": {"fd": 0, "size": 4}}, [fd])
+        protocol._send(judge, {"op": "observe"})
+        raw, fds = KIT.receive(child)
+        assert json.loads(raw)["op"] == "share_pool" and len(fds) == 1
+        assert os.pread(fds[0], 4, 0) == b"pool"
+        os.close(fds[0])
+        raw, fds = KIT.receive(child)
+        assert json.loads(raw)["op"] == "observe" and fds == []
+    finally:
+        os.close(fd)
+        judge.close()
+        child.close()
 
 
 # --- records and what they cost ----------------------------------------------------------------

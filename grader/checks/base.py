@@ -218,9 +218,9 @@ class ItemContext:
         self.history, self.session_scripts, self.session_log, self._replay = [], [], [], None
 
     def share_pool(self, data: bytes) -> SharedPool | None:
-        """A pool file mapped shared by the current session (None where the sandbox has no shared directory)."""
+        """A pool in a sealed memfd the current session maps shared (None where sessions map no files of the judge's)."""
         session = self.session()
-        if session.shared_dir is None:
+        if not session.shares_files:
             return None
         pool = SharedPool(session, data)
         self._pools.append(pool)

@@ -25,31 +25,25 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import secrets
 from typing import Any
 
-from grader.sandbox.session import Session
+from grader.sandbox.session import Session, sealed_file
 
 
 class SharedPool:
-    """A pool tensor's bytes in a file the session child maps shared; the judge reads and writes it."""
+    """A pool tensor's bytes in a sealed memfd of the judge's that the session child maps shared
+    (handed over with the request: session.with_fds); the judge reads and writes it."""
 
     def __init__(self, session: Session, data: bytes):
-        assert session.shared_dir is not None
+        assert session.shares_files
         self.size = len(data)
-        self.path = session.shared_dir / f"pool-{secrets.token_hex(8)}"
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        if session.shared_gid is not None:  # the submission's own uid maps it through its group
-            os.fchown(self.fd, -1, session.shared_gid)
-            os.fchmod(self.fd, 0o660)
-        os.pwrite(self.fd, data, 0)
+        self.fd = sealed_file("pa-pool", data, self.size)
         self.data = data  # what the judge last wrote: what the pool must hold
         self.closed = False
-        session.watch(self)  # its size too (Session._cut_back_grown_files)
 
     @property
     def spec(self) -> dict[str, Any]:
-        return {"path": str(self.path), "size": self.size}
+        return {"memfd": self.fd, "size": self.size}
 
     def read(self) -> bytes:
         return os.pread(self.fd, self.size, 0)
@@ -68,10 +62,6 @@ class SharedPool:
         self.closed = True
         try:
             os.close(self.fd)
-        except OSError:
-            pass
-        try:
-            self.path.unlink()
         except OSError:
             pass
 

@@ -13,9 +13,6 @@ from mmap import MAP_SHARED, PROT_READ, PROT_WRITE
 from mmap import mmap as map_file
 from operator import call as apply
 from operator import is_, itemgetter, setitem
-from os import O_CLOEXEC, O_NOFOLLOW, O_RDWR
-from os import close as close_fd
-from os import open as open_fd
 
 import numpy
 import torch
@@ -130,14 +127,12 @@ def _shape(payload):
 
 
 def shared_map(session, spec):
-    """A file of the judge's, mapped shared (kept mapped until the example ends)."""
-    if type(spec) is not dict or type(spec.get("path")) is not str or type(spec.get("size")) is not int:
+    """A file of the judge's (a sealed memfd handed over with this request: its place in the
+    request's descriptors), mapped shared (kept mapped until the example ends)."""
+    fds = session.get("fds", [])
+    if type(spec) is not dict or type(spec.get("fd")) is not int or type(spec.get("size")) is not int or not 0 <= spec["fd"] < len(fds):
         raise TypeError("a shared file of the wrong form")
-    fd = open_fd(spec["path"], O_RDWR | O_NOFOLLOW | O_CLOEXEC)
-    try:
-        mapped = map_file(fd, spec["size"], MAP_SHARED, PROT_READ | PROT_WRITE)
-    finally:
-        close_fd(fd)
+    mapped = map_file(fds[spec["fd"]], spec["size"], MAP_SHARED, PROT_READ | PROT_WRITE)
     session["maps"].append(mapped)
     return mapped
 
@@ -308,7 +303,7 @@ def op_share_pool(session, msg):
     the judge reads back itself.  The reproduction writes it as `m.physical_kv_cache = ...`."""
     manager = _handle(session, msg.get("manager"))
     shape, count = _shape(msg)
-    if msg.get("dtype") not in DTYPES or type(msg.get("shared")) is not dict or type(msg["shared"].get("path")) is not str:
+    if msg.get("dtype") not in DTYPES or type(msg.get("shared")) is not dict:
         raise TypeError("a pool of the wrong form")
     mapped = shared_map(session, msg["shared"])
     pool = checked_view(FROM_BUFFER(mapped, dtype=DTYPES[msg["dtype"]], count=count), shape)
@@ -717,4 +712,4 @@ def new_session(ns, caller, seeds, traceback_of=None, zygote=-1):
     returned; `zygote`: the pid of the process the cells ran in (denials made there were made
     while the cells ran)."""
     return {"ns": ns, "caller": caller, "seeds": seeds, "traceback_of": traceback_of, "zygote": zygote, "handles": {}, "made": 0, "kept": {},
-            "pools": {}, "caches": {}, "maps": [], "grave": [], "kv_lab": {}, "sent": 0, "events_sent": 0, "found_sent": 0, "sock": None}
+            "pools": {}, "caches": {}, "maps": [], "grave": [], "kv_lab": {}, "sent": 0, "events_sent": 0, "found_sent": 0, "sock": None, "fds": []}

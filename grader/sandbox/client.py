@@ -152,19 +152,16 @@ class Sandbox:
         self.tmp = Path(private)
         self.workdir = self.tmp / "work"
         self.workdir.mkdir()
-        self.shared_dir = self.tmp / "io"  # the judge's input files, shared with the submission read-write
-        self.shared_dir.mkdir()
         self.socket_path = str(self.tmp / "judge.sock")
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(self.socket_path)
         self.listener.listen(16)
         if self.uid is not None:
             # The judge's directory: the submission's uid may pass through (group), open the
-            # socket and the shared inputs, and write only in work/.  Nobody else may enter.
+            # socket, and write only in work/.  Nobody else may enter.  (The judge's files it
+            # maps are memfds handed over the socket: session.sealed_file.)
             os.chown(self.tmp, 0, self.uid.gid)
             os.chmod(self.tmp, 0o710)
-            os.chown(self.shared_dir, 0, self.uid.gid)
-            os.chmod(self.shared_dir, 0o710)
             os.chown(self.socket_path, 0, self.uid.gid)
             os.chmod(self.socket_path, 0o660)
             os.chown(self.workdir, self.uid.uid, self.uid.gid)
@@ -521,7 +518,6 @@ class Sandbox:
             "workdir": str(self.workdir),
             "cwd": str(self.cwd) if self.cwd is not None else None,
             "notebook": self.notebook,
-            "shared": str(self.shared_dir),
             "cuda": self.allow_cuda,
             "landlock": switched_on(LANDLOCK_SWITCH),
             "seccomp": switched_on(SECCOMP_SWITCH),
@@ -668,7 +664,6 @@ class Sandbox:
             else:
                 self._stop_worker()
             raise
-        gid = self.uid.gid if self.uid is not None else None
         listed = hello.get("tamper") if isinstance(hello.get("tamper"), list) else []
         self._note_tamper([e for e in listed if isinstance(e, list) and e[3:4] == [True]])  # while the cells ran
         session = Session(
@@ -676,8 +671,7 @@ class Sandbox:
             _peer_pid(conn),
             self.limits.call_timeout_s,
             budget,
-            shared_dir=self.shared_dir,
-            shared_gid=gid,
+            shares_files=True,
             wall_backstop=self.limits.wall_backstop,
             key=self.key,
         )

@@ -335,11 +335,11 @@ def confine(load, facts=None):
         report["error"] = "switched off"
     else:
         try:
-            shared = [load["shared"]] if load.get("shared") else []
             # The term secret's files the mount namespace did not cover: Landlock leaves them out
             # (their folders then allowed entry by entry, which cannot be listed).
             uncovered = [p for p in facts.get("hidden_files", ()) if p not in facts.get("covered", ())]
-            report["landlock"] = landlock([load["workdir"]], shared, devices, facts.get("proc", False), facts.get("dev", False), uncovered)
+            # No folder of the judge's: the files it shares come as descriptors (session.sealed_file).
+            report["landlock"] = landlock([load["workdir"]], [], devices, facts.get("proc", False), facts.get("dev", False), uncovered)
         except OSError as error:
             report["error"] = _safe_str(error)[:300]
     report["namespaces"] = list(facts.get("namespaces", ()))

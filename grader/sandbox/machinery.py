@@ -27,7 +27,7 @@ import ctypes
 import sys
 from _hashlib import hmac_digest, openssl_sha256
 from _json import encode_basestring_ascii, make_encoder, make_scanner
-from _socket import AF_UNIX, SOCK_STREAM
+from _socket import AF_UNIX, CMSG_SPACE, MSG_CMSG_CLOEXEC, SCM_RIGHTS, SOCK_STREAM, SOL_SOCKET
 from _socket import socket as raw_socket
 from _struct import pack, unpack
 from _thread import start_new_thread
@@ -42,6 +42,7 @@ from _pa_grader_hook import QUIET, arm, claim_grader_thread, forked, make_hook
 from _pa_grader_readings import make_guard, start_caller
 
 MAX_FRAME = 256 << 20
+MAX_FDS = 16  # the judge's files handed over with one request (a batch's pool and a call's inputs)
 HELLO = openssl_sha256(b"hello").digest()
 ENCODE = make_encoder(None, None, encode_basestring_ascii, None, ":", ",", False, False, True)
 SCAN = make_scanner(SimpleNamespace(strict=True, object_hook=None, object_pairs_hook=None, parse_float=float, parse_int=int,
@@ -82,11 +83,32 @@ def _read_exact(sock, size):
     return b"".join(chunks)
 
 
+def _read_header(sock):
+    """A frame's 4 length bytes, and the descriptors the judge handed over with it (SCM_RIGHTS
+    comes with a frame's first bytes: session.with_fds)."""
+    header, fds = b"", []
+    while len(header) < 4:
+        data, ancillary, _, _ = sock.recvmsg(4 - len(header), CMSG_SPACE(MAX_FDS * 4), MSG_CMSG_CLOEXEC)
+        for level, kind, payload in ancillary:
+            if level == SOL_SOCKET and kind == SCM_RIGHTS:
+                fds += [unpack("=i", payload[i:i + 4])[0] for i in range(0, len(payload) - len(payload) % 4, 4)]
+        if not data:
+            for fd in fds:
+                close_fd(fd)
+            raise EOFError
+        header += data
+    return header, fds
+
+
 def receive(sock):
-    (size,) = unpack(">I", _read_exact(sock, 4))
+    """The next request's bytes and the descriptors that came with it."""
+    header, fds = _read_header(sock)
+    (size,) = unpack(">I", header)
     if size > MAX_FRAME:
+        for fd in fds:
+            close_fd(fd)
         raise ValueError("frame too large")
-    return _read_exact(sock, size)
+    return _read_exact(sock, size), fds
 
 
 def signature(key, number, request, body):
@@ -126,12 +148,18 @@ def grader_thread(ready, number):
                  "tamper": new_events(session)}
         send_signed(session, encode(hello), HELLO)
         while True:
-            raw = receive(sock)
-            request = openssl_sha256(raw).digest()
-            msg = decode(raw)
-            if msg.get("op") == "end":
-                break
-            send_signed(session, reply_bytes(answer(session, msg)), request)
+            raw, session["fds"] = receive(sock)
+            try:
+                request = openssl_sha256(raw).digest()
+                msg = decode(raw)
+                if msg.get("op") == "end":
+                    break
+                reply = reply_bytes(answer(session, msg))
+            finally:
+                for fd in session["fds"]:  # a file mapped keeps its own
+                    close_fd(fd)
+                session["fds"] = []
+            send_signed(session, reply, request)
     except BaseException:
         pass
     _exit(0)

@@ -4,6 +4,7 @@ code here; a frame too large or malformed ends the session as "protocol" or "too
 
 from __future__ import annotations
 
+import array
 import fcntl
 import hashlib
 import hmac
@@ -138,10 +139,17 @@ class OutputCapture:
         return bytes(self.kept).decode("utf-8", errors="replace")
 
 
-def _send(sock: socket.socket, message: dict[str, Any]) -> bytes:
-    """Send one frame; returns its bytes (a signed reply names the digest of the request it answers)."""
+def _send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> bytes:
+    """Send one frame; returns its bytes (a signed reply names the digest of the request it answers).
+    `fds`: descriptors handed over with it (SCM_RIGHTS, on its first bytes: the worker receives
+    them with the frame's length)."""
     data = json.dumps(message).encode()
-    sock.sendall(struct.pack(">I", len(data)) + data)
+    frame = struct.pack(">I", len(data)) + data
+    if fds:
+        sent = sock.sendmsg([frame], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+        frame = frame[sent:]
+    if frame:
+        sock.sendall(frame)
     return data
 
 

@@ -1,6 +1,8 @@
 """A session child as the judge sees it: one operation at a time, within the time limits, and
 paged_attention's inputs in a file both map (what the submission writes there, the judge reads
-back itself).
+back itself).  The judge's files are memfds sealed against growing and shrinking, handed to the
+child with the request that maps them (SCM_RIGHTS): no path names them, and a write past their
+end fails.
 
 The child's grader thread (worker-side machinery.py) answers; every frame it sends is signed
 with the grading's key, numbered, and names the digest of the request it answers, so a frame
@@ -10,15 +12,14 @@ counted as tampering.  Each reply lists what the worker's audit hook denied sinc
 from __future__ import annotations
 
 import base64
+import fcntl
 import hashlib
 import os
-import secrets
 import signal
 import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from grader.sandbox.clock import Budget, CallClock
@@ -42,8 +43,7 @@ class Session:
     call_timeout_s: float
     budget: Budget
     alive: bool = True
-    shared_dir: Path | None = None
-    shared_gid: int | None = None  # the submission's group, when it runs under a uid of its own
+    shares_files: bool = False  # the judge's files mapped by the child (sealed memfds): inputs, pools
     wall_backstop: float = 3.0
     key: bytes = b""  # the grading's signing key (client.Sandbox); the hello was frame 0
     tamper: list[list[Any]] = field(default_factory=list)  # denials and forgeries seen, until attached to a sink
@@ -55,8 +55,6 @@ class Session:
     # Requests sent with the next call, in its frame (defer), each with what reads its reply.
     _pending: list[tuple[dict[str, Any], Callable[[Reply], None] | None]] = field(default_factory=list)
     _handles: int = field(default=JUDGE_HANDLES)  # the last object handle the judge chose (new_handle)
-    # The judge's files the session child maps (inputs, pools): each must keep its size (watch).
-    _watched: list[Any] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.budget.session_started(self.pid)
@@ -96,7 +94,7 @@ class Session:
         shared = None
         if op == "reseed":
             self._drop_caches()  # a new example: the worker lets go of its caches too
-        if op == "attention" and fields.get("device", "cpu") == "cpu" and self.shared_dir is not None:
+        if op == "attention" and fields.get("device", "cpu") == "cpu" and self.shares_files:
             fields, shared = self._share_attention_inputs(fields)
         message = {"op": op, "id": self._next_id, **fields}
         pending, self._pending = self._pending, []
@@ -108,8 +106,9 @@ class Session:
             # The socket keeps the last wait's timeout (milliseconds, maybe): a large request (a
             # permutation of 100,000 blocks) that fills the socket's buffer needs the call's own.
             self.conn.settimeout(max(0.1, clock.wall_deadline - time.monotonic()))
+            message, fds = with_fds(message)
             try:
-                sent = _send(self.conn, message)
+                sent = _send(self.conn, message, fds)
             except TimeoutError:
                 clock.reason = "wall"  # the worker did not read it in the call's time
                 raise WorkerLost("timeout") from None
@@ -117,7 +116,6 @@ class Session:
             reply = _recv_signed(self.conn, clock, self.key, self._frames, request)
             self._frames += 1
             self._note_tamper(reply.get("tamper"))
-            self._cut_back_grown_files()
             if pending:
                 reply = self._unbatch(reply, pending)
             if shared is not None and reply.get("ok") is True and isinstance(reply.get("value"), dict):
@@ -141,25 +139,6 @@ class Session:
             if shared is not None:
                 shared.close_unless(self._caches)
         return _reply(reply)
-
-    def watch(self, shared: Any) -> None:
-        """A file of the judge's that the session child maps (it has `fd`, `size`, `closed`)."""
-        self._watched.append(shared)
-
-    def _cut_back_grown_files(self) -> None:
-        """The mapped files are the judge's, on its disk: a submission may write past their end
-        (pwrite on the path; nothing it maps can grow them), which takes disk the sandbox's own
-        cap does not count, and which other gradings could see in the disk's free space.  Cut
-        back to their size after every call, and said (tampering "grown")."""
-        self._watched = [f for f in self._watched if not f.closed]
-        for shared in self._watched:
-            try:
-                size = os.fstat(shared.fd).st_size
-                if size != shared.size:
-                    os.ftruncate(shared.fd, shared.size)
-                    self._note_tamper([["grown", f"{size - shared.size:+d} bytes", "", False, False]])
-            except OSError:
-                pass
 
     def _unbatch(self, reply: dict[str, Any], pending: list[tuple[dict[str, Any], Callable[[Reply], None] | None]]) -> dict[str, Any]:
         """The deferred requests' replies handed to their readers, in order; the waited-for call's returned."""
@@ -202,10 +181,9 @@ class Session:
         previous = self._caches
         reuse = bool(fields.get("reuse_caches")) and previous is not None and all(
             isinstance(fields.get(name), dict) and previous.fits(name, fields[name]) for name in CACHES)
-        shared_fields, shared = _share_inputs(fields, self.shared_dir, self.shared_gid, skip=CACHES if reuse else ())
+        shared_fields, shared = _share_inputs(fields, skip=CACHES if reuse else ())
         if shared is None:
             return fields, None
-        self.watch(shared)
         if reuse:
             assert previous is not None
             for name in CACHES:
@@ -261,8 +239,8 @@ class _SharedInputs:
     A call that reuses the caches of the example (a decode step) reads them from the file that
     holds them (`adopt`), which stays open until the example ends."""
 
-    def __init__(self, fd: int, path: Path, regions: dict[str, tuple[int, int]], layout: dict[str, tuple[str, list[int]]], size: int = 64):
-        self.fd, self.path, self.regions, self.layout, self.size = fd, path, regions, layout, size
+    def __init__(self, fd: int, regions: dict[str, tuple[int, int]], layout: dict[str, tuple[str, list[int]]], size: int = 64):
+        self.fd, self.regions, self.layout, self.size = fd, regions, layout, size
         self.borrowed: dict[str, _SharedInputs] = {}
         self.closed = False
 
@@ -294,14 +272,42 @@ class _SharedInputs:
             return
         self.closed = True
         os.close(self.fd)
-        try:
-            self.path.unlink()
-        except OSError:
-            pass
 
 
-def _share_inputs(fields: dict[str, Any], directory: Path, gid: int | None = None,
-                  skip: tuple[str, ...] = ()) -> tuple[dict[str, Any], _SharedInputs | None]:
+def sealed_file(name: str, data: bytes | dict[int, bytes], size: int) -> int:
+    """A memfd of `size` bytes holding `data` (at offset 0, or at each offset of a dict), sealed so
+    that it can neither grow nor shrink (a write past its end fails: no disk, no channel)."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        os.ftruncate(fd, size)
+        for offset, blob in (data.items() if isinstance(data, dict) else [(0, data)]):
+            os.pwrite(fd, blob, offset)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def with_fds(message: dict[str, Any]) -> tuple[dict[str, Any], list[int]]:
+    """The message as sent, and the descriptors that go with it: each judge's file it names
+    (`"shared": {"memfd": fd, "size": n}`, in it or in a batch's requests) becomes
+    `{"fd": i, "size": n}`, i its place in the list handed over with the frame."""
+    fds: list[int] = []
+
+    def sent(one: dict[str, Any]) -> dict[str, Any]:
+        shared = one.get("shared")
+        if not isinstance(shared, dict) or "memfd" not in shared:
+            return one
+        fds.append(shared["memfd"])
+        return {**one, "shared": {"fd": len(fds) - 1, "size": shared["size"]}}
+
+    if message.get("op") == "batch":
+        return {**message, "ops": [sent(m) for m in message["ops"]]}, fds
+    return sent(message), fds
+
+
+def _share_inputs(fields: dict[str, Any], skip: tuple[str, ...] = ()) -> tuple[dict[str, Any], _SharedInputs | None]:
     blobs: dict[str, bytes] = {}
     for name in ATTENTION_INPUTS:
         payload = fields.get(name)
@@ -315,12 +321,6 @@ def _share_inputs(fields: dict[str, Any], directory: Path, gid: int | None = Non
         layout[name] = {"dtype": fields[name]["dtype"], "shape": fields[name]["shape"], "offset": offset}
         shapes[name] = (fields[name]["dtype"], fields[name]["shape"])
         offset += (len(blob) + 63) // 64 * 64
-    path = directory / f"inputs-{secrets.token_hex(8)}"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    if gid is not None:  # the submission's own uid reads and writes it through its group
-        os.fchown(fd, -1, gid)
-        os.fchmod(fd, 0o660)
-    for name, blob in blobs.items():
-        os.pwrite(fd, blob, regions[name][0])
-    os.ftruncate(fd, max(offset, 64))
-    return {**fields, **layout, "shared": {"path": str(path), "size": max(offset, 64)}}, _SharedInputs(fd, path, regions, shapes, max(offset, 64))
+    size = max(offset, 64)
+    fd = sealed_file("pa-inputs", {regions[name][0]: blob for name, blob in blobs.items()}, size)
+    return {**fields, **layout, "shared": {"memfd": fd, "size": size}}, _SharedInputs(fd, regions, shapes, size)

@@ -1,4 +1,4 @@
-# hostile: red team 18: in a graded paged_attention call, pwrite 60 MiB past the end of the judge's shared input file (on the judge's disk, outside the sandbox's tmpfs cap; other gradings see the disk's free space move); expect everything to pass (the solution), the file cut back after the call and the growth listed (tampering "grown")
+# hostile: red team 18: in a graded paged_attention call, pwrite 60 MiB past the end of the judge's shared input file (it was on the judge's disk, outside the sandbox's tmpfs cap; other gradings saw the disk's free space move); expect everything to pass (the solution) and nothing grown: the judge's files are sealed memfds now (no path; a write past the end fails with EPERM)
 """PagedAttention exercise (solution)."""
 
 import math
@@ -176,6 +176,12 @@ def _grow(mib=60):
             p = line.split()[-1]
             if "/io/" in p:
                 paths.add(p)
+    for name in _o.listdir("/proc/self/fd"):  # the judge's files as descriptors (memfds), where a path no longer names them
+        try:
+            if "memfd:pa-" in _o.readlink(f"/proc/self/fd/{name}"):
+                paths.add(f"/proc/self/fd/{name}")
+        except OSError:
+            pass
     print("GROW shared files:", sorted(paths), flush=True)
     for p in sorted(paths)[:1]:
         try:
