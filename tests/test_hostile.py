@@ -215,6 +215,12 @@ EXPECT: dict[str, Expect] = {
                                            tampered=("kernel",)),
     "rt20_library_view_inputs.py": Expect(failed=fail(TODO["todo2"] + TODO["todo3"] + TODO["todo4"] + TODO["todo5"], "error", "not_exercised", "integrity"),
                                           tampered=("kernel",)),
+    # A tensor that dispatches to Python answers its size or device with its class's code, even with __torch_dispatch__
+    # switched off: the grader thread refuses it as a return value before asking it anything (red team 21).
+    "rt21_sizes_policy_buffer.py": Expect(failed=fail(TODO["todo5"], "wrong", "not_exercised")),
+    "rt21_sizes_policy_plain_type.py": Expect(failed=fail(TODO["todo5"], "wrong", "not_exercised")),
+    "rt21_sizes_policy_query.py": Expect(failed=fail(TODO["todo5"], "wrong", "not_exercised")),
+    "rt21_sizes_policy_todo4.py": Expect(failed=fail(TODO["todo4"], "wrong", "not_exercised")),
     "tamper_forged_replies.py": Expect(failed=fail(TODO["todo4"], "crashed", "integrity"), tampered=("forged",)),
 }
 CASES = sorted(EXPECT)

@@ -132,3 +132,31 @@ def test_a_pool_set_by_the_judge_is_written_without_copy_() -> None:
         assert target is not None
         ANSWERS.COPY_TO(target, READINGS.memory_of(data, READINGS.BYTES_TYPE[4]))
     assert pool.numpy().tobytes() == data.numpy().tobytes()
+
+
+class _Spy(torch.Tensor):
+    """A tensor whose size and stride its class answers (red team 21's route to the grader thread)."""
+
+    asked: list[str] = []  # noqa: RUF012
+
+    @classmethod
+    def __torch_dispatch__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        cls.asked.append(str(func))
+        if func is torch.ops.aten.sym_size.default:
+            return [3]
+        if func is torch.ops.aten.sym_stride.default:
+            return [1]
+        raise NotImplementedError(str(func))
+
+
+@pytest.mark.parametrize("plain_type", [False, True])
+def test_a_tensor_that_dispatches_to_python_is_refused_before_it_is_asked_anything(plain_type: bool) -> None:
+    spy = torch.Tensor._make_subclass(_Spy, torch.ones(3), False, dispatch_sizes_strides_policy="sizes")
+    if plain_type:
+        spy.__class__ = torch.Tensor  # type() says torch.Tensor; the Python key stays
+    _Spy.asked.clear()
+    assert READINGS.python_keyed(spy) is True and READINGS.python_keyed(torch.ones(3)) is False
+    assert READINGS.tensor_reading(spy)["rejected_return"] is True
+    assert READINGS.digest({"caller": machinery_kit.caller(), "grave": []}, spy) is None
+    assert READINGS.tensor_facts(spy) == (None, "a tensor subclass with __torch_dispatch__", None)
+    assert _Spy.asked == []  # its class ran nothing

@@ -53,6 +53,7 @@ from _pa_grader_readings import (
     outcome,
     plain_attribute,
     plain_reading,
+    python_keyed,
     refused,
     refused_type,
     student_error,
@@ -150,14 +151,16 @@ def checked_view(flat, shape):
     at its address, laid out contiguously.  A kernel registered over aten::view could hand over
     a copy instead, whose writes the judge would never see."""
     view = TENSOR.view(flat, shape)
-    if type(view) is not PLAIN_TENSOR or DTYPE_OF(view) is not DTYPE_OF(flat) or DEVICE_OF(view).type != "cpu":
+    if type(view) is not PLAIN_TENSOR or KEYS_OF(view) != KEYS_OF(flat):  # first: a Python key would run code on a size asked
+        raise _lied("aten::view")
+    if DTYPE_OF(view) is not DTYPE_OF(flat) or DEVICE_OF(view).type != "cpu":
         raise _lied("aten::view")
     step, strides = 1, [1] * len(shape)
     for i in range(len(shape) - 1, -1, -1):
         strides[i] = step
         step *= shape[i]
     got_shape, got_strides = [int(d) for d in SIZE_OF(view)], [int(d) for d in STRIDE_OF(view)]
-    if (got_shape != shape or DATA_PTR(view) != DATA_PTR(flat) or KEYS_OF(view) != KEYS_OF(flat)
+    if (got_shape != shape or DATA_PTR(view) != DATA_PTR(flat)
             or any(d > 1 and a != b for d, a, b in zip(shape, got_strides, strides, strict=True))):
         raise _lied("aten::view")
     return view
@@ -172,7 +175,7 @@ def tensor_from(payload, device="cpu", mapped=None):
     if count == 0:
         operators_intact()
         empty = EMPTY(shape, dtype=dtype, device=device)
-        if type(empty) is not PLAIN_TENSOR or DTYPE_OF(empty) is not dtype or [int(d) for d in SIZE_OF(empty)] != shape:
+        if type(empty) is not PLAIN_TENSOR or python_keyed(empty) or DTYPE_OF(empty) is not dtype or [int(d) for d in SIZE_OF(empty)] != shape:
             raise _lied("aten::empty")
         return empty
     if mapped is not None and type(payload.get("offset")) is int:
@@ -318,7 +321,7 @@ def op_set_pool(session, msg):
         assign(session, manager, "physical_kv_cache", tensor)
         return None
     pool = attribute(session, manager, "physical_kv_cache")
-    if type(pool) is torch.Tensor:  # a plain tensor's copy_ is torch's own
+    if type(pool) is torch.Tensor and not python_keyed(pool):  # a plain tensor's copy_ is torch's own
         target = _same_memory_layout(pool, tensor)
         if target is not None:  # its bytes written by numpy: no torch operator (a kernel over copy_) runs
             COPY_TO(target, memory_of(tensor, BYTES_TYPE[ELEMENT_SIZE(tensor)]))
@@ -404,6 +407,8 @@ def op_manager_meta(session, msg):
     if not has_base(type(pool), TENSOR):
         return {"__dict__": [["sizes", {"__list__": sizes}], ["pool", None]]}
     shape, dtype, zero = tensor_facts(pool)
+    if shape is None:  # not read here: it dispatches to Python
+        return {"__dict__": [["sizes", {"__list__": sizes}], ["pool", None]]}
     return {"__dict__": [["sizes", {"__list__": sizes}], ["pool", {"__list__": [{"__list__": shape}, dtype, zero]}]]}
 
 

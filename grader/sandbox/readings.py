@@ -53,6 +53,7 @@ STORAGE_OF, STORAGE_BYTES = TENSOR.untyped_storage, torch._C.StorageBase.nbytes
 KEYS_OF, HAS_KEY = torch._C._dispatch_keys, torch._C.DispatchKeySet.has
 # Keys under which a tensor's memory is not its value (a negative or conjugate view, a zero tensor with none).
 NOT_ITS_MEMORY = tuple(getattr(torch._C.DispatchKey, name) for name in ("Negative", "Conjugate", "ZeroTensor"))
+PYTHON_KEYS = tuple(getattr(torch._C.DispatchKey, name) for name in ("Python", "PythonTLSSnapshot"))
 # How numpy reads one element: its bytes (for the judge), its value (is it zero?).
 BYTES_TYPE = {1: "|u1", 2: "<u2", 4: "<u4", 8: "<u8"}
 VALUE_TYPE = {"float64": "<f8", "float32": "<f4", "float16": "<f2", "bfloat16": "<u2", "int64": "<i8", "int32": "<i4",
@@ -366,6 +367,15 @@ def operators_intact():
     return intact
 
 
+def python_keyed(tensor):
+    """Whether the tensor dispatches to Python (a subclass with __torch_dispatch__, whatever its
+    type() says: __class__ can be set to torch.Tensor): asking it anything, even its size,
+    stride or device, may run its class's code, here on the grader thread (red team 21: a
+    "sizes" policy restored a buffer's bytes as they were read).  Its key set is read by C alone."""
+    keys = KEYS_OF(tensor)
+    return HAS_KEY(keys, PYTHON_KEYS[0]) or HAS_KEY(keys, PYTHON_KEYS[1])
+
+
 def memory_of(tensor, typestr, writable=False):
     """A CPU tensor's elements as a numpy array over its own memory, or None where its memory is
     not its value (a negative or conjugate view, no storage, a storage shorter than its strides
@@ -397,6 +407,8 @@ def tensor_reading(value):
     would not send."""
     if not has_base(type(value), TENSOR):
         return rejection(f"expected a torch.Tensor, got {TYPE_NAME(type(value))}")
+    if python_keyed(value):
+        return rejection("a tensor subclass with __torch_dispatch__ (or a Python dispatch key): return a plain tensor")
     with NO_TORCH_FUNCTION(), NO_TORCH_DISPATCH():
         dtype = DTYPE_OF(value)
         name = DICT_GET(DTYPE_NAMES, dtype)
@@ -421,7 +433,10 @@ def tensor_reading(value):
 
 def tensor_facts(value):
     """(shape, dtype name, whether every element is zero) of a tensor, read with C functions only
-    (a CPU tensor's from its memory); None for whether it is zero where that cannot be read."""
+    (a CPU tensor's from its memory); None for whether it is zero where that cannot be read, and
+    for its shape too where it dispatches to Python."""
+    if python_keyed(value):
+        return None, "a tensor subclass with __torch_dispatch__", None
     with NO_TORCH_FUNCTION(), NO_TORCH_DISPATCH():
         shape, name = [int(d) for d in SIZE_OF(value)], DICT_GET(DTYPE_NAMES, DTYPE_OF(value))
         shown = name if name is not None else str(DTYPE_OF(value)).replace("torch.", "")
