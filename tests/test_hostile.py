@@ -221,6 +221,11 @@ EXPECT: dict[str, Expect] = {
     "rt21_sizes_policy_plain_type.py": Expect(failed=fail(TODO["todo5"], "wrong", "not_exercised")),
     "rt21_sizes_policy_query.py": Expect(failed=fail(TODO["todo5"], "wrong", "not_exercised")),
     "rt21_sizes_policy_todo4.py": Expect(failed=fail(TODO["todo4"], "wrong", "not_exercised")),
+    # The grader thread looks things up in the submission's class dicts, dicts and names: a key whose hash matches the
+    # name looked up, or a str subclass as a class's __name__, ran the submission's code there (red team 22).
+    "rt22_classdict_eq_buffer.py": Expect(failed=fail(["todo4.table_order"], "wrong")),
+    "rt22_exception_name_rollback.py": Expect(failed=fail(["todo2.oom_atomic"], "wrong")),
+    "rt22_qualname_radd_ledger.py": Expect(failed=fail(TODO["todo1"], "wrong")),
     "tamper_forged_replies.py": Expect(failed=fail(TODO["todo4"], "crashed", "integrity"), tampered=("forged",)),
 }
 CASES = sorted(EXPECT)

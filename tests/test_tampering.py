@@ -354,8 +354,8 @@ def test_the_callers_edit_is_made_on_the_object() -> None:
             pass
 
     kept, listed = Ledger(a=1, b=2), [1, 2, 3]
-    READINGS.edit(kept)
-    READINGS.edit(listed)
+    READINGS.edit({"caller": machinery_kit.caller(), "grave": []}, kept)
+    READINGS.edit({"caller": machinery_kit.caller(), "grave": []}, listed)
     assert dict(kept) == {"a": 0, "b": 0} and listed == [0, 0, 0]
 
 

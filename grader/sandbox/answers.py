@@ -21,6 +21,7 @@ from _pa_grader_readings import (
     BYTES_TYPE,
     DATA_PTR,
     DEVICE_OF,
+    DICT_GET,
     DTYPE_OF,
     DTYPES,
     ELEMENT_SIZE,
@@ -52,6 +53,7 @@ from _pa_grader_readings import (
     operators_intact,
     outcome,
     plain_attribute,
+    plain_keys,
     plain_reading,
     python_keyed,
     refused,
@@ -215,17 +217,15 @@ def op_new(session, msg):
         raise TypeError("a constructor call of the wrong form")
     if wanted is not None and (type(wanted) is not int or not 0 < wanted < 1 << 31 or wanted in session["handles"]):
         raise TypeError("a handle of the wrong form")  # the judge's own numbering (a call sent before its reply is read)
-    if cls not in session["ns"]:
-        raise refused({"type": "KeyError", "message": repr(cls), "not_implemented": False, "rejected_return": False,
-                       "isa": ["Exception", "KeyError", "LookupError"], "traceback": ""})
+    constructor = _contract(session, cls)
     for handle in forget:
         _handle(session, handle)
     made = None
     if forget:
         old = [[session["handles"].pop(handle) for handle in forget], session["grave"]]
         session["grave"] = []
-        made = calls(session, (list.clear, old), (partial(session["ns"][cls], **kwargs),))
-    value = made[1] if made is not None else student_call(session, session["ns"][cls], **kwargs)
+        made = calls(session, (list.clear, old), (partial(constructor, **kwargs),))
+    value = made[1] if made is not None else student_call(session, constructor, **kwargs)
     if wanted is None:
         session["made"] = handle = session.get("made", 0) + 1  # never one of a forgotten object's
     else:
@@ -234,8 +234,19 @@ def op_new(session, msg):
     return handle
 
 
+def from_cells(session, name):
+    """The cells' global `name`, or None: looked up here where every global's name is an exact
+    str, else on the caller thread (a key of another type with the name's hash would have its
+    __eq__ run by the lookup)."""
+    ns = session["ns"]
+    if plain_keys(ns):
+        return DICT_GET(ns, name)
+    ok, value = call(session, DICT_GET, ns, name)
+    return value if ok else None
+
+
 def _contract(session, name):
-    function = session["ns"].get(name)
+    function = from_cells(session, name)
     if function is None:
         raise refused({"type": "KeyError", "message": repr(name), "not_implemented": False, "rejected_return": False,
                        "isa": ["Exception", "KeyError", "LookupError"], "traceback": ""})
@@ -346,7 +357,7 @@ def op_edit_kept(session, msg):
     call must not see that (a result kept and handed out again, an lru_cache)."""
     key = msg.get("key")
     if type(key) is int and key in session["kept"]:
-        edit(session["kept"][key])
+        edit(session, session["kept"][key])
     return None
 
 
@@ -426,7 +437,7 @@ def op_given_methods(session, msg):
         raise TypeError("methods of the wrong form")
     found = {}
     for name, names in methods.items():
-        cls = session["ns"].get(name)
+        cls = from_cells(session, name)
         for name_of_method in names if type(names) is list else []:
             try:
                 found[f"{name}.{name_of_method}"] = bound_code(cls, name_of_method)

@@ -60,8 +60,9 @@ VALUE_TYPE = {"float64": "<f8", "float32": "<f4", "float16": "<f2", "bfloat16": 
               "int16": "<i2", "int8": "|i1", "uint8": "|u1", "bool": "|b1"}
 MRO = type.__dict__["__mro__"].__get__
 TYPE_DICT = type.__dict__["__dict__"].__get__
-TYPE_NAME = type.__dict__["__name__"].__get__
-TYPE_QUALNAME = type.__dict__["__qualname__"].__get__
+RAW_TYPE_NAME = type.__dict__["__name__"].__get__
+RAW_TYPE_QUALNAME = type.__dict__["__qualname__"].__get__
+STR_COPY = str.__str__  # a str subclass's text as an exact str: no method of the subclass runs
 EXCEPTION_ARGS = BaseException.__dict__["args"].__get__
 DICT_ITEMS, DICT_KEYS, DICT_GET, DICT_SET = dict.items, dict.keys, dict.get, dict.__setitem__
 LIST_LEN, LIST_SET, LIST_GET, LIST_POP, LIST_COPY = list.__len__, list.__setitem__, list.__getitem__, list.pop, list.copy
@@ -194,17 +195,42 @@ def outcome(session, result):
 # of its __dict__, which these read and write with C functions, running nothing of the
 # submission's.  Anything else goes to the caller thread (answers.py).
 
+def plain_keys(mapping):
+    """Whether every key of a dict (or a class's mappingproxy) is an exact str: only then is a
+    lookup in it made by C alone.  A key of another type whose hash equals the name looked up
+    has its __eq__ run by the lookup, here on the grader thread (red team 22: type() takes a
+    namespace with such a key).  Iterating a dict runs nothing."""
+    for key in mapping:
+        if type(key) is not str:
+            return False
+    return True
+
+
+NOT_PLAIN = object()  # what _class_attr finds in a class whose dict cannot be read here
+
+
 def _class_attr(kind, name):
-    """(found, value) of `name` along the class's MRO, read from each class's own dict."""
+    """(found, value) of `name` along the class's MRO, read from each class's own dict; NOT_PLAIN
+    (found) where a class's dict has a key that is not an exact str."""
     for klass in MRO(kind):
         attrs = TYPE_DICT(klass)
+        if not plain_keys(attrs):
+            return True, NOT_PLAIN
         if name in attrs:
             return True, attrs[name]
     return False, None
 
 
 def _defines(kind, names):
-    return any(name in TYPE_DICT(klass) for klass in MRO(kind) for name in names)
+    """Whether a class along the MRO defines one of `names` (True where that cannot be read here)."""
+    for klass in MRO(kind):
+        attrs = TYPE_DICT(klass)
+        if not plain_keys(attrs):
+            return True
+        for name in names:
+            if name in attrs:
+                return True
+    return False
 
 
 def _instance_dict(obj):
@@ -271,6 +297,21 @@ def has_base(kind, base):
     return False
 
 
+def exact_text(value):
+    """A str (a subclass's too) as an exact str, read by C; "?" for anything else."""
+    return STR_COPY(value) if has_base(type(value), str) else "?"
+
+
+def TYPE_NAME(kind):  # noqa: N802  (it stands for the C getter it wraps)
+    """A class's __name__, an exact str: a str subclass set as a class's name would run its own
+    __format__, __eq__, __add__ or __getitem__ wherever the name is used (red team 22)."""
+    return exact_text(RAW_TYPE_NAME(kind))
+
+
+def TYPE_QUALNAME(kind):  # noqa: N802
+    return exact_text(RAW_TYPE_QUALNAME(kind))
+
+
 def as_int(value):
     """The int an integer value stands for (an int subclass too; never a bool), else None (wire._as_int)."""
     kind = type(value)
@@ -283,7 +324,7 @@ def as_int(value):
 
 def _module_of(kind):
     attrs = TYPE_DICT(kind)
-    module = attrs["__module__"] if "__module__" in attrs else None
+    module = attrs["__module__"] if plain_keys(attrs) and "__module__" in attrs else None
     return module if type(module) is str else "?"
 
 
@@ -466,18 +507,27 @@ def digest(session, value):
         return None
 
 
-def edit(value):
+def edit(session, value):
     """The caller changes what a call gave it (its own to change): every entry set to 0, a plain
-    list's items in place (a shallow copy handed out again shares it)."""
+    list's items in place (a shallow copy handed out again shares it).  A dict with a key that
+    is neither an exact str nor an exact int is edited on the caller thread: setting an entry
+    compares keys, which may run the submission's __eq__."""
     kind = type(value)
     if has_base(kind, dict):
-        for name in list(DICT_KEYS(value)):
+        jobs, plain = [], True
+        for name, entry in list(DICT_ITEMS(value)):  # no lookup: iterating runs nothing
             if type(name) is str or type(name) is int:
-                entry = DICT_GET(value, name)
                 if type(entry) is list:
-                    LIST_SET(entry, slice(None), [0] * LIST_LEN(entry))
+                    jobs.append((LIST_SET, entry, slice(None), [0] * LIST_LEN(entry)))
                 else:
-                    DICT_SET(value, name, 0)
+                    jobs.append((DICT_SET, value, name, 0))
+            else:
+                plain = False
+        if plain:
+            for job in jobs:
+                apply(*job)
+        elif jobs:
+            calls(session, *jobs)
     elif has_base(kind, list):
         LIST_SET(value, slice(None), [0] * LIST_LEN(value))
 
@@ -509,10 +559,10 @@ def refused_type(message):
 
 def _const_text(value, depth=0):
     """repr() of a code constant of the built-in kinds compile() makes; None for anything else."""
-    kind = type(value)
-    if value is None or value is ... or kind in (bool, int, float, complex, str, bytes):
+    kind = type(value)  # compared by identity: `in` would run a metaclass's __eq__
+    if value is None or value is ... or any(kind is k for k in (bool, int, float, complex, str, bytes)):
         return repr(value)
-    if depth < 8 and kind in (tuple, frozenset):
+    if depth < 8 and (kind is tuple or kind is frozenset):
         if None in [_const_text(v, depth + 1) for v in value]:
             return None
         return repr(value)
@@ -549,6 +599,8 @@ def bound_code(cls, method):
         return "missing"
     for klass in MRO(cls):
         attrs = TYPE_DICT(klass)
+        if not plain_keys(attrs):
+            return "a class whose dict has keys that are not strings"
         if method in attrs:
             function = attrs[method]
             break
