@@ -226,6 +226,10 @@ EXPECT: dict[str, Expect] = {
     "rt22_classdict_eq_buffer.py": Expect(failed=fail(["todo4.table_order"], "wrong")),
     "rt22_exception_name_rollback.py": Expect(failed=fail(["todo2.oom_atomic"], "wrong")),
     "rt22_qualname_radd_ledger.py": Expect(failed=fail(TODO["todo1"], "wrong")),
+    # A thread of the submission's changed a shared ledger between the reply and the kept digests (red team 23):
+    # results sharing a dict, a list or tensor memory are now found in one pass, by identity and addresses.
+    "rt23_race_ledger.py": Expect(failed=fail(TODO["todo1"], "wrong")),
+    "rt23_race_shared_ledger.py": Expect(failed=fail(TODO["todo1"], "wrong")),
     "tamper_forged_replies.py": Expect(failed=fail(TODO["todo4"], "crashed", "integrity"), tampered=("forged",)),
 }
 CASES = sorted(EXPECT)
