@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import tomllib
@@ -98,7 +99,7 @@ class Config:
     feedback: Feedback
     zero_on_flag: bool
     items: tuple[RubricItem, ...]
-    digest: str  # identifies this configuration in gradebooks and caches
+    digest: str  # identifies this configuration and the grader's code in gradebooks and caches
     evidence: Evidence = Evidence()
     seed_source: str = "config"  # "config", or "command line" (--seed): never replaced by a secret one
     notebook: NotebookEnvironment = NotebookEnvironment()
@@ -130,12 +131,24 @@ def load_config(path: Path | None = None) -> Config:
         feedback=Feedback(**raw["feedback"]),
         zero_on_flag=bool(raw.get("integrity", {}).get("zero_on_flag", True)),
         items=items,
-        digest=hashlib.sha256(raw_bytes).hexdigest()[:16],
+        digest=hashlib.sha256(raw_bytes + b"\0" + grader_fingerprint()).hexdigest()[:16],
         evidence=_evidence(raw.get("evidence", {})),
         notebook=_notebook(raw.get("notebook", {})),
         submission_file=_submission_file(raw.get("submission", {})),
         tamper_policy=_tamper_policy(raw.get("integrity", {})),
     )
+
+
+@cache
+def grader_fingerprint() -> bytes:
+    """The grader's own code and data (every file of this package but caches): a grade made by
+    another version of the grader is not kept by a batch as unchanged (batch.py)."""
+    root = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".json", ".toml", ".js", ".css", ".html"):
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.digest()
 
 
 def _submission_file(raw: dict) -> str:

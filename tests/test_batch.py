@@ -538,3 +538,16 @@ def test_batch_killed_twice_resumes_and_records_every_student_once(tmp_path: Pat
     assert [rows["zoe"][k] for k in ("total", "points", "possible", "todo1", "todo5", "source")] == ["100", "97", "97", "15", "22", "batch"]
     for sid in ("empty", "garbage"):  # could not be read: no total, and why
         assert rows[sid]["total"] == "" and rows[sid]["status"] == "not_gradable" and rows[sid]["reason"], rows[sid]
+
+
+def test_a_grade_made_by_another_version_of_the_grader_is_not_current(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The configuration's digest, which a batch's skip compares, covers the grader's own code:
+    a fix to the grader regrades everyone instead of keeping the grades the old one made."""
+    from grader import config as config_module
+
+    before = config_module.load_config().digest
+    monkeypatch.setattr(config_module, "grader_fingerprint", lambda: b"another version")
+    assert config_module.load_config().digest != before
+    monkeypatch.undo()
+    assert config_module.load_config().digest == before
+    assert len(config_module.grader_fingerprint()) == 32
