@@ -29,6 +29,7 @@ CELL_MAGIC = re.compile(r"^%%([A-Za-z_][\w!]*|!)[ \t]*(.*)$")
 class Cell:
     index: int  # position among the notebook's code cells, from 1, as a student counts them
     source: str  # as typed: what the sandbox runs
+    stripped: tuple[int, str] | None = None  # the first line a grader call was taken out of (checkcalls), and its text
 
     @cached_property
     def python(self) -> str:

@@ -179,5 +179,12 @@ def strip_check_calls(cells: Sequence[Cell]) -> list[Cell]:
     out = []
     for cell in cells:
         source = strip_source(cell.source, tainted)
-        out.append(cell if source == cell.source else replace(cell, source=source))
+        if source == cell.source:
+            out.append(cell)
+            continue
+        typed, now = cell.source.split("\n"), source.split("\n")
+        differing = [i for i in range(len(typed)) if i >= len(now) or typed[i] != now[i]] or [len(typed) - 1]
+        code = [i for i in differing if typed[i].strip() and not typed[i].strip().startswith("#")]  # the call, not a comment
+        line = ([i for i in code if "grader" in typed[i]] or code or differing)[0]
+        out.append(replace(cell, source=source, stripped=(line + 1, typed[min(line, len(typed) - 1)].strip()[:200])))
     return out

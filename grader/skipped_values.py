@@ -80,6 +80,7 @@ class Source:
     reads: list[tuple[int, int]] = field(default_factory=list)
     depends: set[str] = field(default_factory=set)  # contract names that may depend on it ("*": any)
     file_reads: set[int] | None = None  # a command's effect on the files: the reads of them (node ids) that may follow it
+    grader_line: bool = False  # a grader call taken out before grading (it loads the grader in Jupyter): file_reads are module reads
 
 
 @dataclass
@@ -104,16 +105,46 @@ def _is_ipython_call(node: ast.AST, method: str) -> bool:
     )
 
 
+def _is_method_call(node: ast.AST, method: str) -> bool:
+    """`<anything>.<method>(...)`: the shell reached through a name bound to it (`ip = get_ipython()`)."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == method
+
+
+# Set by _analyse for the notebook at hand: line magics the notebook aliases to a value magic
+# (`%alias_magic -l probe sx`: red team 24), each as good as the magic itself.
+VALUE_ALIASES: set[str] = set()
+
+
+def _magic_aliases(statements: list[tuple[int, ast.stmt]]) -> set[str]:
+    """Names `%alias_magic` binds to a magic whose value is a command's output."""
+    names: set[str] = set()
+    for _, statement in statements:
+        for node in ast.walk(statement):
+            if _is_method_call(node, "run_line_magic") and len(node.args) >= 2 and _constant(node.args[0]) == "alias_magic":  # type: ignore[attr-defined]
+                words = [w for w in (_constant(node.args[1]) or "").split() if not w.startswith("-")]  # type: ignore[attr-defined]
+                if len(words) >= 2 and words[1].lstrip("%") in VALUE_MAGICS | {"sc"}:
+                    names.add(words[0].lstrip("%"))
+                elif len(words) >= 2 or _constant(node.args[1]) is None:
+                    names.add(words[0].lstrip("%") if words else "*")  # an alias of what cannot be told: any magic
+    return names
+
+
 def _constant(node: ast.AST) -> str | None:
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
 
 def _value_source(node: ast.AST) -> bool:
-    """An expression whose value is a command's output in Jupyter and empty while grading."""
-    if _is_ipython_call(node, "getoutput"):
+    """An expression whose value is a command's output in Jupyter and empty while grading: also
+    through a name bound to the shell, a magic named at run time, an alias of a value magic, or
+    a magic looked up (`find_line_magic('sx')`) to be called later."""
+    if _is_method_call(node, "getoutput"):
         return True
-    if _is_ipython_call(node, "run_line_magic") and node.args:  # type: ignore[attr-defined]
-        return _constant(node.args[0]) in VALUE_MAGICS  # type: ignore[attr-defined]
+    if _is_method_call(node, "run_line_magic") and node.args:  # type: ignore[attr-defined]
+        name = _constant(node.args[0])  # type: ignore[attr-defined]
+        return name is None or name in VALUE_MAGICS or name in VALUE_ALIASES or "*" in VALUE_ALIASES
+    if _is_method_call(node, "find_line_magic") or _is_method_call(node, "find_magic"):
+        name = _constant(node.args[0]) if node.args else None  # type: ignore[attr-defined]
+        return name is None or name in VALUE_MAGICS or name in VALUE_ALIASES
     return False
 
 
@@ -178,6 +209,15 @@ def _statements(cells: list[Cell]) -> list[tuple[int, ast.stmt]]:
             if isinstance(statement, ast.ImportFrom) and statement.module == "__future__":
                 flags |= sum(getattr(getattr(__future__, a.name, None), "compiler_flag", 0) for a in statement.names)
         out += [(cell.index, statement) for statement in tree.body]
+        written = cell.written_python
+        if written is not None:
+            # A module the cell writes (`%%writefile m.py`), which a later cell may import or %run:
+            # read as if it ran here, its names as the notebook's (an over-approximation; red team 24
+            # hid a skipped line's marker file read in one).
+            try:
+                out += [(cell.index, statement) for statement in parse_cell(written).body]
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                pass
     return out
 
 
@@ -202,7 +242,38 @@ def _sources(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) -> list[
     writer = _first_writer(cells, statements)
     if writer is not None:
         found.append(writer)
+    loader = _first_grader_line(cells, statements)
+    if loader is not None:
+        found.append(loader)
     return found
+
+
+MODULE_READS = frozenset({"find_spec", "import_module", "__import__", "iter_modules", "find_loader", "get_loader", "globals", "locals",
+                          "vars", "dir"})
+
+
+def _reads_modules(node: ast.AST) -> bool:
+    """A read of which modules are loaded or which names are bound (`sys.modules`, `find_spec`,
+    `globals()`): what a grader call taken out before grading changes in Jupyter (red team 24
+    branched on `'grader' in sys.modules`)."""
+    if isinstance(node, ast.Attribute) and node.attr == "modules":
+        return True
+    if isinstance(node, ast.Call):
+        function = node.func
+        return (function.id if isinstance(function, ast.Name) else function.attr if isinstance(function, ast.Attribute) else "") in MODULE_READS
+    return False
+
+
+def _first_grader_line(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) -> Source | None:
+    """The first grader call taken out of the notebook (checkcalls), with the reads of loaded
+    modules and bound names that may follow it; None where none was taken out."""
+    first = next((cell for cell in cells if cell.stripped is not None), None)
+    if first is None or first.stripped is None:
+        return None
+    ordinal = sum(1 for index, _ in statements if index < first.index)
+    reads = {id(node) for position, (_, statement) in enumerate(statements) for node, nested in _scoped(statement)
+             if _reads_modules(node) and (nested or position >= ordinal)}
+    return Source(first.index, first.stripped[0], first.stripped[1], None, file_reads=reads, grader_line=True)
 
 
 def _sc_names(node: ast.AST) -> set[str]:
@@ -220,7 +291,10 @@ def _writes(node: ast.AST, aliases: set[str]) -> bool:
         return True  # get_ipython().system(...), also through a name bound to the shell
     if _runs_shell(node):
         return True
-    return _is_ipython_call(node, "run_line_magic") and bool(node.args) and _constant(node.args[0]) in SHELL_LINE_MAGICS | aliases  # type: ignore[attr-defined]
+    if not (_is_method_call(node, "run_line_magic") and node.args):  # type: ignore[attr-defined]
+        return False
+    name = _constant(node.args[0])  # type: ignore[attr-defined]
+    return name is None or name in SHELL_LINE_MAGICS | aliases | VALUE_ALIASES or "*" in VALUE_ALIASES
 
 
 def _aliases(statements: list[tuple[int, ast.stmt]]) -> set[str]:
@@ -312,6 +386,8 @@ def _names_system_exit(node: ast.AST) -> bool:
 
 def _analyse(cells: list[Cell]) -> Finding:
     statements = _statements(cells)
+    VALUE_ALIASES.clear()
+    VALUE_ALIASES.update(_magic_aliases(statements))
     functions = {s.name: s for _, s in statements if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
     read = []
     for source in _sources(cells, statements):
@@ -496,6 +572,14 @@ def notes(finding: Finding, todos: dict[str, tuple[str, ...]]) -> list[Text]:
     for source in finding.sources[:10]:
         reads_zh = "、".join(f"第 {c} 个代码单元第 {line} 行" for c, line in source.reads)
         reads_en = ", ".join(f"code cell {c}, line {line}" for c, line in source.reads)
+        if source.grader_line:
+            out.append(Text(
+                f"第 {source.cell} 个代码单元第 {source.line} 行 `{source.text}` 调用评分器，评分时被去掉（Jupyter 中它会载入评分器），"
+                f"而之后读取了已载入的模块或已绑定的名字（{reads_zh}）",
+                f"code cell {source.cell}, line {source.line}: `{source.text}` calls the grader and is taken out while grading (in "
+                f"Jupyter it loads the grader), and which modules are loaded or which names are bound is read after it ({reads_en})",
+            ))
+            continue
         if source.file_reads is not None:
             out.append(Text(
                 f"第 {source.cell} 个代码单元第 {source.line} 行 `{source.text}` 在评分时不运行（Jupyter 中它可能写文件，这里不写），"
@@ -540,7 +624,9 @@ def apply(items: list[ItemResult], finding: Finding, todos: dict[str, tuple[str,
         return items
     source = finding.sources[0]
     what_zh, what_en = "的值", "the value of"
-    if source.file_reads is not None:
+    if source.grader_line:
+        what_zh, what_en = "所载入的模块", "the modules loaded by"
+    elif source.file_reads is not None:
         what_zh, what_en = "可能写下的文件", "the files written by"
     out = []
     for item in items:

@@ -230,6 +230,11 @@ EXPECT: dict[str, Expect] = {
     # results sharing a dict, a list or tensor memory are now found in one pass, by identity and addresses.
     "rt23_race_ledger.py": Expect(failed=fail(TODO["todo1"], "wrong")),
     "rt23_race_shared_ledger.py": Expect(failed=fail(TODO["todo1"], "wrong")),
+    # What Jupyter runs is what is graded (red team 24): a marker file read in a module a cell writes, an alias of %sx,
+    # `'grader' in sys.modules` after the lab cell that grading takes out: the TODO that depends on it gets no points.
+    "rt24_nb_writefile_marker.ipynb": Expect(failed=fail(TODO["todo5"], "skipped_value")),
+    "rt24_nb_alias_magic_sx.ipynb": Expect(failed=fail(TODO["todo5"], "skipped_value")),
+    "rt24_nb_stripped_import_grader.ipynb": Expect(failed=fail(TODO["todo5"], "skipped_value")),
     "tamper_forged_replies.py": Expect(failed=fail(TODO["todo4"], "crashed", "integrity"), tampered=("forged",)),
 }
 CASES = sorted(EXPECT)

@@ -161,3 +161,35 @@ def test_the_files_a_skipped_line_may_write_are_said() -> None:
 def test_the_side_effect_notebook_costs_every_todo() -> None:
     cells = load_submission(CORPUS / "gaming" / "rt10_nb_shell_side_effect_file.ipynb", 1 << 24).cells
     assert skipped_values.affected_todos(skipped_values.analyse(cells), REQUIRED_NAMES) == ["todo1", "todo2", "todo3", "todo4", "todo5"]
+
+
+@pytest.mark.parametrize(
+    "cells",
+    [
+        # red team 24: an alias of %sx, a magic named at run time, the shell reached through a name or a looked-up magic
+        ("%alias_magic -l probe sx", "out = %probe echo ok", _branch("out", STUBS, RIGHT)),
+        ("out = get_ipython().run_line_magic('s' + 'x', 'echo ok')", _branch("out", STUBS, RIGHT)),
+        ("ip = get_ipython()", "out = ip.getoutput('echo ok')", _branch("out", STUBS, RIGHT)),
+        ("run = get_ipython().find_line_magic('sx')", "out = run('echo ok')", _branch("out", STUBS, RIGHT)),
+        # red team 24: the marker file read by a module that a cell writes and a later cell imports
+        ("!touch .m", "%%writefile impl.py\nimport os\n" + _branch("os.path.exists('.m')", STUBS, RIGHT), "from impl import paged_attention"),
+    ],
+)
+def test_skipped_values_reached_by_other_names_or_written_modules_cost_their_todo(cells: tuple[str, ...]) -> None:
+    assert _todos(*cells) == ["todo5"]
+
+
+def test_reading_which_modules_are_loaded_after_a_grader_call_taken_out_costs_its_todo() -> None:
+    """Red team 24: `'grader' in sys.modules` is true in Jupyter after the template's lab cell and
+    false while graded, which takes that cell out."""
+    from grader.checkcalls import strip_check_calls
+
+    def todos(*sources: str) -> list[str]:
+        cells = strip_check_calls([Cell(i + 1, s) for i, s in enumerate(sources)])
+        return skipped_values.affected_todos(skipped_values.analyse(cells), REQUIRED_NAMES)
+
+    lab = "try:\n    import grader\n    grader.kv_lab()\nexcept ImportError:\n    pass"
+    assert todos(lab, "import sys", _branch("'grader' in sys.modules", STUBS, RIGHT)) == ["todo5"]
+    assert todos(lab, _branch("'grader' in globals()", STUBS, RIGHT)) == ["todo5"]
+    assert todos(lab, "import sys\nprint(sorted(sys.modules)[:3])", RIGHT) == []  # read, only shown
+    assert todos("import sys", _branch("'json' in sys.modules", STUBS, RIGHT)) == []  # no grader call taken out
