@@ -120,6 +120,7 @@ class ItemContext:
         # (grader/sandbox/clock.py); read it through elapsed() and remaining().
         self.budget = Budget(budget_s or config.limits.item_budget_s, wall_backstop=config.limits.wall_backstop, wall_deadline=submission_deadline)
         self.recorded: dict[str, CheckFailure] = {}
+        self.looked_after_base = 0  # wrong calls looked into after plain attention failed (attention.owners)
         self.grading = grading or Grading()
         self._session: Session | None = None
         self.script = Script()

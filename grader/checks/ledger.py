@@ -230,6 +230,12 @@ def _earlier_changed(ctx: ItemContext, script: Script, number: int, edited: list
         checks = " and ".join(f"ledger{k} == saved{k}" for k in saved)
         numbers = [int(label.removeprefix("call ")) for label in changed if label.removeprefix("call ").isdigit()]
         first = next((k for k in numbers if k in saved), saved[0] if saved else 1)
+        # The caller changes the last result (its own): an earlier result that changes with it is the
+        # same object, or shares a list with it (the grader thread saw them shared: red team 23).
+        script.add("[value.__setitem__(slice(None), [-1] * len(value)) for value in ledger.values() if type(value) is list]",
+                   "the last result is the caller's to change: an earlier one must not change with it",
+                   "最后一个返回值属于调用者，可以修改：之前的返回值不应随之改变")
+        script.add("for name in ledger: ledger[name] = ledger[name] if type(ledger[name]) is list else -1")
         script.expect(checks, f"an earlier result changed: now {{ledger{first}}}, was {{saved{first}}}",
                       f"之前的返回值被改变：现在 {{ledger{first}}}，之前 {{saved{first}}}")
         calls = [label.removeprefix("call ") for label in changed][:4]  # the labels kept: "call 1", ...

@@ -427,6 +427,11 @@ class Pool(ContractState, PoolScript):
             # After an earlier mistake a correct solution is elsewhere by now, and may have no OOM
             # here: the checks hold where the situation is the one the student's code was in.
             asserts = [(f"not ({condition}) or ({check})", *messages) for check, *messages in asserts]
+            # It may also have given this request its blocks already (where the student's first
+            # prefill of it raised): a second prefill of it would then be refused, rightly.
+            call = [Line("if not table_before:", "a correct solution may have given this request its blocks by now: nothing to retry then",
+                         "正确的实现此时可能已经给这个请求分配了块：那就无需重试"),
+                    *[Line("    " + line.code, line.en, line.zh, ("    " + line.code_zh) if line.code_zh else "") for line in call]]
         held = set(req.table)
         highlight = sorted(set(o.after.free) ^ set(o.before.free)) + [b for b in table if b not in held]
         self._violation(prop, o, asserts, zh, en, expected=expected, actual=actual, highlight=highlight, call=call)

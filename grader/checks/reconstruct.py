@@ -217,7 +217,10 @@ class _Cache:
             "a later read or write to the pool changed a tensor get_physical_cache returned earlier (a view of the pool, or a buffer used again? a result belongs to its caller)",
             Text("之前的结果不变", "earlier results unchanged"),
             Text(f"被改变：{'、'.join(label.replace('read ', '第 ') + ' 次读取' for label in changed)}", f"changed: {', '.join(changed)}"),  # labels "read 1", ...
-            [("all(torch.equal(a.nan_to_num(1e30), b.nan_to_num(1e30)) for a, b in kept)",
+            # Then the last result, the caller's to change, is filled: an earlier one that changes with
+            # it shares its memory (the grader thread saw them shared: red team 23).
+            [("all(torch.equal(a.nan_to_num(1e30), b.nan_to_num(1e30)) for a, b in kept)"
+              " and kept[-1][0].fill_(123.0) is not None and all(torch.equal(a.nan_to_num(1e30), b.nan_to_num(1e30)) for a, b in kept[:-1])",
               "an earlier result changed: {[i for i, (a, b) in enumerate(kept) if not torch.equal(a.nan_to_num(1e30), b.nan_to_num(1e30))]}",
               "之前的返回值被改变：{[i for i, (a, b) in enumerate(kept) if not torch.equal(a.nan_to_num(1e30), b.nan_to_num(1e30))]}")],
             frame="results",
