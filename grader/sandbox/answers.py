@@ -613,7 +613,7 @@ def _seq_len(session, req):
                                             "isa": ["Exception", "TypeError"], "traceback": ""}}, value)
 
 
-def _read_at_once(session, manager, pool, requests):
+def _read_at_once(session, manager, pool, requests, spec_manager):
     """The allocator's state in two jobs (every attribute, then every list), as `snapshot` reads it
     one call at a time; None when anything is not as a correct allocator leaves it (plain lists of
     ints, an int length), and `snapshot` then reads it one call at a time, to say what."""
@@ -636,13 +636,59 @@ def _read_at_once(session, manager, pool, requests):
         return None
     state = {}
     if manager is not None:
-        state["free_blocks"] = {"ok": items[0], "type": "list"}
+        state["free_blocks"] = _sent_list(session, f"f{spec_manager}", items[0])
         if pool is not None:
             state["pool"] = {"same": {"ok": values[1] is pool}}
     tables = items[1:] if manager is not None else items
-    state["requests"] = {handle: {"seq_len": {"ok": n}, "block_table": {"ok": t, "type": "list"}}
+    state["requests"] = {handle: {"seq_len": {"ok": n}, "block_table": _sent_list(session, f"t{handle}", t)}
                          for handle, n, t in zip(requests, seq_lens, tables, strict=True)}
     return state
+
+
+LIST_DELTA_MIN = 16  # a shorter list goes whole
+
+
+def _sent_list(session, key, items):
+    """A list of exact ints for the reply, under `key`: whole, or what changed since a list sent
+    before ({"delta": [p, middle, s, n, base]}: the first p and last s items of the list last
+    sent under `base`, n long, around `middle`).  `base` is `key` itself, or for a key not sent
+    before the last long list of its kind (a new manager's free list is much like the last one's).
+    A pool of hundreds of blocks changes by a few items a call; sent whole, such lists were
+    most of a grading's bytes.  The judge rebuilds the list from its own copy
+    (session.expand_lists); what is sent is remembered only once the whole state is read
+    (`snapshot`), so that both sides remember the same, and a state's lists all change from
+    what was remembered before it."""
+    base = key if key in session["lists"] else session["latest"].get(key[0])
+    old = session["lists"].get(base) if base is not None else None
+    session["sending"][key] = items
+    if old is not None and len(items) >= LIST_DELTA_MIN:
+        kept, ending = _common_ends(old, items)
+        if kept + ending >= LIST_DELTA_MIN // 2:
+            return {"delta": [kept, items[kept:len(items) - ending], ending, len(old), base], "type": "list", "key": key}
+    return {"ok": items, "type": "list", "key": key}
+
+
+def _common_ends(old, new):
+    """(p, s): the longest common prefix of two lists of exact ints, then the longest common suffix
+    of what is left of both (list comparisons of exact ints: C code, no submission's code)."""
+    size = min(len(old), len(new))
+    kept = _longest(lambda n: old[:n] == new[:n], size)
+    end_old, end_new = len(old), len(new)
+    return kept, _longest(lambda n: old[end_old - n:] == new[end_new - n:], size - kept)
+
+
+def _longest(matches, most):
+    """The largest n <= most with matches(n), where matches(0) holds and a match implies every shorter one."""
+    if matches(most):
+        return most
+    low, high = 0, most
+    while high - low > 1:
+        middle = (low + high) // 2
+        if matches(middle):
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 def snapshot(session, spec):
@@ -653,7 +699,8 @@ def snapshot(session, spec):
     pool = session["pools"].get(spec.get("manager")) if manager is not None else None
     asked = spec.get("requests", [])
     requests = {str(h): _handle(session, h) for h in (asked if type(asked) is list else [])}
-    state = _read_at_once(session, manager, pool, requests) if manager is not None or requests else {"requests": {}}
+    session["sending"] = {}
+    state = _read_at_once(session, manager, pool, requests, spec.get("manager")) if manager is not None or requests else {"requests": {}}
     if state is None:
         state = _read_one_at_a_time(session, manager, pool, requests)
     kept = spec.get("kept")
@@ -663,7 +710,15 @@ def snapshot(session, spec):
         shared = shared_results(session["kept"])
         state["kept"] = [("shared with another result" if key in shared else digest(session, session["kept"][key]))
                          if type(key) is int and key in session["kept"] else None for key in kept]
+    remember_sent(session)
     return state
+
+
+def remember_sent(session):
+    """The lists of a state that goes out whole: the judge remembers them too (_sent_list)."""
+    session["lists"].update(session["sending"])
+    session["latest"].update({key[0]: key for key, items in session["sending"].items() if len(items) >= LIST_DELTA_MIN})
+    session["sending"] = {}
 
 
 def _footprint(value, into, depth=0):
@@ -789,4 +844,4 @@ def new_session(ns, caller, seeds, traceback_of=None, zygote=-1):
     returned; `zygote`: the pid of the process the cells ran in (denials made there were made
     while the cells ran)."""
     return {"ns": ns, "caller": caller, "seeds": seeds, "traceback_of": traceback_of, "zygote": zygote, "handles": {}, "made": 0, "kept": {},
-            "pools": {}, "caches": {}, "maps": [], "grave": [], "kv_lab": {}, "sent": 0, "events_sent": 0, "found_sent": 0, "sock": None, "fds": []}
+            "pools": {}, "caches": {}, "maps": [], "grave": [], "kv_lab": {}, "sent": 0, "events_sent": 0, "found_sent": 0, "sock": None, "fds": [], "lists": {}, "latest": {}, "sending": {}}

@@ -55,6 +55,7 @@ class Session:
     # Requests sent with the next call, in its frame (defer), each with what reads its reply.
     _pending: list[tuple[dict[str, Any], Callable[[Reply], None] | None]] = field(default_factory=list)
     _handles: int = field(default=JUDGE_HANDLES)  # the last object handle the judge chose (new_handle)
+    _lists: dict[str, list[int]] = field(default_factory=dict)  # the lists the worker last sent, by key (expand_lists)
 
     def __post_init__(self) -> None:
         self.budget.session_started(self.pid)
@@ -116,6 +117,7 @@ class Session:
             reply = _recv_signed(self.conn, clock, self.key, self._frames, request)
             self._frames += 1
             self._note_tamper(reply.get("tamper"))
+            expand_lists(reply, self._lists, batch=bool(pending))
             if pending:
                 reply = self._unbatch(reply, pending)
             if shared is not None and reply.get("ok") is True and isinstance(reply.get("value"), dict):
@@ -222,6 +224,48 @@ class Session:
 
 
 CACHES = ("key_cache", "value_cache")
+
+
+def expand_lists(reply: dict[str, Any], memory: dict[str, list[int]], batch: bool) -> None:
+    """The allocator's lists in a reply's states (a batch's, in order) made whole again.
+
+    The worker sends a list as what changed from a list it sent before (answers._sent_list);
+    `memory` holds the last list sent under each key, as the worker's does: a state's lists
+    are rebuilt from what was remembered before it, then remembered.  Only states the worker's
+    own code wrote are read (a reply's, or a batch's sub-replies'), never a value a call
+    returned.  A change that does not fit the list it names is the protocol broken."""
+    subs = reply.get("value") if batch and reply.get("ok") is True else [reply]
+    for sub in subs if isinstance(subs, list) else []:
+        state = sub.get("state") if isinstance(sub, dict) else None
+        if not isinstance(state, dict):
+            continue
+        requests = state.get("requests")
+        entries = [state.get("free_blocks")] + ([r.get("block_table") for r in requests.values() if isinstance(r, dict)]
+                                                if isinstance(requests, dict) else [])
+        sent = {}
+        for entry in entries:
+            if isinstance(entry, dict) and "key" in entry:
+                key, whole = _expand_list(entry, memory)
+                sent[key] = whole
+        memory.update(sent)
+
+
+def _expand_list(entry: dict[str, Any], memory: dict[str, list[int]]) -> tuple[str, list[int]]:
+    key, delta = entry.pop("key"), entry.pop("delta", None)
+    if not isinstance(key, str) or not key:
+        raise WorkerLost("protocol", "a list under a key that is not a string")
+    if delta is None:
+        whole = entry.get("ok")
+        if not isinstance(whole, list):
+            raise WorkerLost("protocol", "a remembered list that is not a list")
+        return key, list(whole)
+    base = memory.get(delta[4]) if isinstance(delta, list) and len(delta) == 5 and isinstance(delta[4], str) else None
+    if not (base is not None and isinstance(delta[1], list) and all(type(n) is int and n >= 0 for n in (delta[0], delta[2], delta[3]))
+            and delta[3] == len(base) and delta[0] + delta[2] <= len(base)):
+        raise WorkerLost("protocol", "a list's change that does not fit the list it changes")
+    kept, middle, ending = delta[0], delta[1], delta[2]
+    entry["ok"] = base[:kept] + middle + base[len(base) - ending:]
+    return key, list(entry["ok"])
 
 
 def _reply(raw: dict[str, Any]) -> Reply:
