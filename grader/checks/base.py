@@ -211,6 +211,10 @@ class ItemContext:
             self._session.attach(self.grading.tampering, self.item_id)
         return self._session
 
+    def has_session(self) -> bool:
+        """Whether a process of this item's is open (the next example would run after earlier ones)."""
+        return self._session is not None and self._session.alive
+
     def close(self) -> None:
         if self._session is not None:
             self._session.end()
