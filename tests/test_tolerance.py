@@ -107,3 +107,48 @@ def test_correct_attention_stays_inside_the_tolerance_on_other_seeds(path: Path)
 def test_numerically_wrong_attention_is_far_outside(name: str) -> None:
     module = _load(CORPUS / "buggy" / f"{name}.py")
     assert _worst_ratio(module, STRATEGIES["any"], 1) > 100
+
+
+def _float32_online(values: dict[str, np.ndarray], scale: float, block: int) -> np.ndarray:
+    """A correct float32 attention that is not the baselines': dot products summed over head_dim in
+    reverse, softmax online over blocks of `block` tokens (as vLLM's kernel and FlashAttention do)."""
+    q, k, v = values["query"], values["key_cache"], values["value_cache"]
+    heads, dim = q.shape[1], q.shape[2]
+    block_size = k.shape[1]
+    out = np.empty(q.shape)
+    for i in range(q.shape[0]):
+        positions = np.arange(int(values["seq_lens"][i]))
+        blocks, slots = values["block_tables"][i, positions // block_size], positions % block_size
+        keys, vals = k[blocks, slots].astype(np.float32), v[blocks, slots].astype(np.float32)
+        top, total, acc = np.full(heads, -np.inf, np.float32), np.zeros(heads, np.float32), np.zeros((heads, dim), np.float32)
+        for start in range(0, len(positions), block):
+            scores = np.einsum("nhd,hd->hn", keys[start:start + block, :, ::-1], q[i, :, ::-1].astype(np.float32)) * np.float32(scale)
+            new_top = np.maximum(top, scores.max(axis=1))
+            shrink, weights = np.exp(top - new_top), np.exp(scores - new_top[:, None]).astype(np.float32)
+            total = total * shrink + weights.sum(axis=1)
+            acc = acc * shrink[:, None] + np.einsum("hn,nhd->hd", weights, vals[start:start + block]).astype(np.float32)
+            top = new_top
+        out[i] = acc / total[:, None]
+    return out
+
+
+def test_a_float32_sum_in_another_order_stays_inside_the_tolerance() -> None:
+    """Logits of |q * k| far above |q . k| (terms that cancel, head_dim 64 to 256, scale 1): the
+    order of a float32 dot product moves them by more than rounding the logit alone does, and a
+    correct solution summing in reverse missed a case by 1.04 times the old bound (found
+    2026-12-04).  The tolerance covers that band (dense.logit_rounding_bound)."""
+    rng = np.random.default_rng(2)
+    worst = 0.0
+    for _ in range(60):
+        dim, heads, block_size = int(rng.choice([64, 128, 256])), int(rng.choice([1, 2, 4])), int(rng.choice([1, 4, 16]))
+        length = int(rng.integers(1, 300))
+        count = -(-length // block_size)
+        values = {"query": rng.standard_normal((1, heads, dim)).astype(np.float32),
+                  "key_cache": rng.standard_normal((count, block_size, heads, dim)).astype(np.float32),
+                  "value_cache": rng.standard_normal((count, block_size, heads, dim)).astype(np.float32),
+                  "block_tables": np.arange(count)[None], "seq_lens": np.array([length])}
+        reference = dense_attention(values, 1.0)
+        tol = tolerance("float32", 1.0, values, reference)
+        for block in (1, 64):
+            worst = max(worst, float(np.abs(_float32_online(values, 1.0, block) - reference).max()) / tol)
+    assert worst < 0.5, worst

@@ -126,9 +126,12 @@ def tolerance(dtype: str, scale: float | None, values: dict[str, np.ndarray], re
 def logit_rounding_bound(values: dict[str, np.ndarray], scale: float | None) -> float:
     """First-order effect on the output of rounding every logit to float32.
 
-    With logits in the hundreds, float32 alone moves each logit by |logit| * 2^-24, and the
-    softmax passes that on times the spread of V.  Which correct order of summation a
-    submission uses decides where in that band it lands, so the band is tolerated.
+    With logits in the hundreds, float32 alone moves each logit by |logit| * 2^-24; a dot
+    product summed in another order than the baselines' moves it by up to about sqrt(head_dim)
+    * |q * k|_2 * 2^-24 more (a correct float32 solution summing head_dim in reverse missed a
+    case by 1.04 times the old bound, which had the first part only).  The softmax passes that
+    on times the spread of V.  Which correct order of summation a submission uses decides where
+    in that band it lands, so the band is tolerated.
     """
     query, key_cache, value_cache = values["query"], values["key_cache"], values["value_cache"]
     num_heads, head_dim = query.shape[1], query.shape[2]
@@ -139,9 +142,13 @@ def logit_rounding_bound(values: dict[str, np.ndarray], scale: float | None) -> 
     for i in range(query.shape[0]):
         positions = np.arange(int(values["seq_lens"][i]))
         blocks, slots = values["block_tables"][i, positions // block_size], positions % block_size
-        logits = np.einsum("hd,nhd->hn", query[i], key_cache[blocks, slots][:, heads]) * scale
+        keys, q = key_cache[blocks, slots][:, heads], query[i]
+        logits = np.abs(np.einsum("hd,nhd->hn", q, keys))
+        # A dot product summed in another order misses by about sqrt(head_dim) * |q * k|_2 roundings
+        # (the terms' partial sums), which can be far more than the logit itself when they cancel.
+        terms = np.sqrt(np.einsum("hd,nhd->hn", q * q, keys * keys))
         spread = np.abs(value_cache[blocks, slots]).max()
-        bound = max(bound, 2 * 2.0**-24 * float(np.abs(logits).max()) * float(spread))
+        bound = max(bound, 2 * 2.0**-24 * abs(scale) * float((logits + math.sqrt(head_dim) * terms).max()) * float(spread))
     return bound
 
 
