@@ -149,12 +149,12 @@ EXPECT: dict[str, Expect] = {
     # The base items fail on the answer itself; the others cannot check their property without one.
     "resource_giant_tensor.py": Expect(failed=fail(TODO["todo4"] + TODO["todo5"], "wrong", "not_exercised"), words={"todo5.mha_fp32": "too large"}),
     "forge_fake_output.py": Expect(),
-    "forge_fake_output_buggy.py": Expect(failed=fail(["todo1.per_token", "todo1.per_block_and_total"], "wrong")),
+    "forge_fake_output_buggy.py": Expect(failed=fail(["todo1.per_token"], "wrong")),  # per block from its own per-token figure: right
     # A base mistake is wrong on every case: every attention item needs right values on its own (issue 15).
     # The default scale is wrong with every feature off: the base item's mistake alone (one mistake, one item).
     "forge_monkeypatch.py": Expect(failed=fail(["todo5.mha_fp32"], "wrong")),
     "forge_lying_digests.py": Expect(failed=fail(["todo5.inputs_unchanged"], "wrong"), words={"todo5.inputs_unchanged": "key_cache"}),
-    "forge_lying_objects.py": Expect(failed=fail(["todo1.per_token", "todo1.per_block_and_total", "todo4.table_order"], "wrong")),
+    "forge_lying_objects.py": Expect(failed=fail(["todo1.per_token", "todo4.table_order"], "wrong")),
     # Where Landlock narrows the host's /proc (no namespaces), a session child cannot list its
     # own /proc/self/fd: these attacks stop there, with an error, before they reach a socket.
     "forge_protocol.py": Expect(
@@ -235,6 +235,13 @@ EXPECT: dict[str, Expect] = {
     "rt24_nb_writefile_marker.ipynb": Expect(failed=fail(TODO["todo5"], "skipped_value")),
     "rt24_nb_alias_magic_sx.ipynb": Expect(failed=fail(TODO["todo5"], "skipped_value")),
     "rt24_nb_stripped_import_grader.ipynb": Expect(failed=fail(TODO["todo5"], "skipped_value")),
+    # A set-up step refused by the submission's own objects dropped the case, and with it the bug it would show (red
+    # team 27): a changed given release is now replaced by the state the template's leaves, and a list operation the
+    # contract allows on free_blocks, refused, fails every item of the TODO.
+    "rt27_place_refused_bs1.py": Expect(failed=fail(TODO["todo3"], "wrong")),
+    "rt27_permute_refused_sorts.py": Expect(failed=fail(TODO["todo2"] + TODO["todo3"], "wrong")),
+    "rt27_release_refused_registry.py": Expect(failed=fail(["todo2.block_count", "todo2.oom_atomic"], "wrong", "error")),
+    "rt27_release_refused_idcache.py": Expect(failed=fail(["todo3.growth", "todo3.oom_rollback"], "wrong", "error")),
     "tamper_forged_replies.py": Expect(failed=fail(TODO["todo4"], "crashed", "integrity"), tampered=("forged",)),
 }
 CASES = sorted(EXPECT)

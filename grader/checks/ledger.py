@@ -164,7 +164,7 @@ def _check_call(ctx: ItemContext, script: Script, d: dict[str, int], style: str,
     for item, fields in FIELDS_OF.items():
         if ctx.focus not in (None, item):
             continue
-        problem = _problem(got, want, fields)
+        problem = _problem(got, want, fields, _derived(got, want, d))
         if problem is None:
             ctx.count(item)
             continue
@@ -245,9 +245,36 @@ def _earlier_changed(ctx: ItemContext, script: Script, number: int, edited: list
                        actual=Text(f"第 {number} 次调用改变了第 {'、'.join(calls)} 次调用的返回值", f"call {number} changed what call {', '.join(calls)} returned"))
 
 
-def _problem(got: dict[str, Any], want: dict[str, int], fields: tuple[str, ...]) -> tuple[str, tuple[str, str], str, str, str, str] | None:
+def _derived(got: dict[str, Any], want: dict[str, int], d: dict[str, int]) -> dict[str, tuple[int, str]]:
+    """What a field also may be where the field it is counted from is a wrong exact int: the
+    bytes of `block_size` of the submission's own tokens, of `num_blocks` of its own blocks.
+    One mistake, one item: a wrong kv_bytes_per_token costs todo1.per_token only."""
+    derived = {}
+    for name, source, times in (("kv_bytes_per_block", "kv_bytes_per_token", d["block_size"]),
+                                ("total_cache_bytes", "kv_bytes_per_block", d["num_blocks"])):
+        value = got.get(source)
+        if type(value) is int and value != want[source]:
+            derived[name] = (value * times, f"ledger[{source!r}] * {times}")
+    return derived
+
+
+def _problem(got: dict[str, Any], want: dict[str, int], fields: tuple[str, ...],
+             derived: dict[str, tuple[int, str]] | None = None) -> tuple[str, tuple[str, str], str, str, str, str] | None:
     for name in fields:
         value, target = got.get(name), want[name]
+        if name in (derived or {}) and type(value) is int and value != target:
+            other, formula = (derived or {})[name]
+            if value == other:
+                continue
+            return (
+                f"ledger[{name!r}] in ({target}, {formula})",
+                (f"{name}: expected {target} (or {formula} = {other}), got {{ledger[{name!r}]}}",
+                 f"{name}：应为 {target}（或 {formula} = {other}），实际 {{ledger[{name!r}]}}"),
+                f"{name} 计算错误：应为 {target}（或按你自己的数 {formula} = {other}），实际 {value}",
+                f"{name} is wrong: expected {target} (or from your own figure, {formula} = {other}), got {value}",
+                f"{target} (or {other})",
+                str(value),
+            )
         if type(value) is not int:
             return (
                 f"type(ledger[{name!r}]) is int",

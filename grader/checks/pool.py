@@ -38,7 +38,7 @@ from typing import Any
 from grader.checks.base import Inconclusive, ItemContext, raised, student_error
 from grader.checks.frame import SharedPool
 from grader.checks.pool_diff import changes, misplaced, one_place, places, unchanged
-from grader.checks.pool_script import DIVERGED, Assert, Outcome, PoolScript
+from grader.checks.pool_script import DIVERGED, Assert, Outcome, PoolScript, _builtin_class
 from grader.checks.pool_state import ContractState, Listed, State
 from grader.checks.script import Line, Script
 from grader.results import Text
@@ -164,7 +164,7 @@ class Pool(ContractState, PoolScript):
         made = self.ctx.call("new", cls="KVCacheManager", kwargs={"num_blocks": num_blocks, "block_size": block_size, "head_dim": 1})
         other = self.ctx.call("new", cls="Request", kwargs={"request_id": request_id, "prompt_len": prompt_len})
         if not (made.ok and other.ok):
-            raise Inconclusive("another manager could not be made")
+            self._setup_refused(made if not made.ok else other, "m_other = KVCacheManager(...)" if not made.ok else "other = Request(...)")
         if self.todo == "TODO 3":
             count = min(num_blocks, math.ceil(prompt_len / block_size))
             self.script.add(f"other.block_table = [m_other.free_blocks.pop(0) for _ in range({count})]")
@@ -248,7 +248,9 @@ class Pool(ContractState, PoolScript):
         reply = self._call("permute", manager=self.manager, order=order)
         state = self._observe(reply, code)
         if not reply.ok:
-            raise Inconclusive("the free list cannot be reordered as a list")
+            if sorted(order) != list(range(len(self.free))):  # not a reordering of the list as read: the grader's case, not the list's refusal
+                raise Inconclusive("the free list is not as long as the case assumed")
+            self._setup_refused(reply, code)
         self._adopt(state)
 
     # -- TODO 3 ------------------------------------------------------------------------------
@@ -264,7 +266,11 @@ class Pool(ContractState, PoolScript):
         reply = self._call("place", manager=self.manager, request=req.handle, indices=indices)
         state = self._observe(reply, code)
         if not reply.ok:
-            raise Inconclusive("the free list cannot be used as the given code uses it")
+            if not all(-(len(self.free) - k) <= i < len(self.free) - k for k, i in enumerate(indices)):
+                # An index past the list as read (a changed given constructor keeps a block back,
+                # say): the grader's case does not fit, the list refused nothing.
+                raise Inconclusive("the free list is shorter than the case assumed")
+            self._setup_refused(reply, code)
         self._adopt(state)
 
     def decode(self, req: Req) -> None:
@@ -490,7 +496,8 @@ class Pool(ContractState, PoolScript):
                 raise Inconclusive("release_request cannot use what an earlier call left")
             error = reply.error or {}
             self._given("release", f"release_request 意外抛出 {error.get('type')}", f"release_request raised {error.get('type')}: {str(error.get('message'))[:200]}", RETURNS, str(error.get("type")))
-            raise Inconclusive("release_request raised")
+            self._release_as_given(req, before, start, guarded, _builtin_class(error))
+            return
         after = self._observe(reply, step)
         want = sorted(before.free + req.table)
         if after.requests[req.name][1] != [] or after.free != want:
@@ -504,9 +511,55 @@ class Pool(ContractState, PoolScript):
                 [(f"m.free_blocks == sorted(free_before + table_before) and {n}.block_table == []", f"release_request should give back {{table_before}} (free_blocks sorted) and empty the table: free_blocks={{m.free_blocks}}, {n}.block_table={{{n}.block_table}}", f"release_request 应归还 {{table_before}}（空闲列表排好序）并清空块表：free_blocks={{m.free_blocks}}，{n}.block_table={{{n}.block_table}}")],
                 None if guarded else start,
             )
-            # From here on the state is the given code's doing: no TODO can be judged on it.
-            raise Inconclusive("release_request left a state the template's would not")
+            self._release_as_given(req, before, start, guarded, None)
+            return
         self._adopt(after)
+
+    def _release_as_given(self, req: Req, before: State, start: int, guarded: bool, raised_class: str | None) -> None:
+        """Where the submission's release_request (given code, changed) raised or left another
+        state: that state set directly, as the template's release leaves it, and the case goes
+        on.  A changed given method is a note, never a reason to drop a case: a release refused
+        just where a TODO's bug would show hid that bug (red team 27)."""
+        name = req.name
+        if raised_class is not None:  # the reproduction runs past it, as the grading did (and a correct solution's refusal, once diverged)
+            caught = raised_class if not guarded or raised_class == "ValueError" else f"({raised_class}, ValueError)"
+            self.script.lines[start:] = self._guarded(f"m.release_request({name})", caught,
+                                                      "your release_request (given code) raised: see the note on given code",
+                                                      "你的 release_request（给定代码）抛出了异常：见给定代码的说明")
+        self.script.lines.insert(start, Line(f"free_before, table_before = list(m.free_blocks), list({name}.block_table)"))
+        code = "m.free_blocks[:] = sorted(free_before + table_before)"
+        self.script.add(code, "what the template's release_request leaves; the case goes on from it", "模板的 release_request 留下的状态；用例从这里继续")
+        self.script.add(f"{name}.block_table = []")
+        want = sorted(before.free + req.table)
+        reply = self.ctx.call("set_free", manager=self.manager, items=want)
+        if not reply.ok:
+            self._setup_refused(reply, code)
+        reply = self._call("set_table", request=req.handle, table=[], seq_len=req.seq_len)
+        after = self._observe(reply, f"{name}.block_table = []")
+        if not reply.ok:
+            self._setup_refused(reply, f"{name}.block_table = []")
+        self._adopt(after)
+
+    def _setup_refused(self, reply: Any, code: str) -> None:
+        """A set-up step (an operation the contract allows on free_blocks as a list, the given
+        constructor with legal arguments, the given release's state set directly) raised on the
+        submission's objects: the cases the TODO needs cannot be built.  Unless a TODO call
+        already left a container of the wrong type (its item was told), every item of the TODO
+        fails on it: a refusal placed where a TODO's bug would show would otherwise hide that
+        bug, as the case was dropped (red team 27)."""
+        if self.type_broken:
+            raise Inconclusive("a set-up step cannot use what an earlier call left")
+        error = reply.error or {}
+        said = f"{error.get('type')}: {str(error.get('message'))[:200]}"
+        zh = (f"评分器搭建用例的一步在你的对象上抛出了异常：{code} → {said}。约定允许这一步（free_blocks 是列表，"
+              "给定代码照模板行事）；搭不起用例，本 TODO 的各项就无法检查")
+        en = (f"a set-up step of the grader's raised on your objects: {code} -> {said}. The contract allows it (free_blocks "
+              "is a list, the given code does what the template's does); without it this TODO's cases cannot be built")
+        for prop in self.props.values():
+            if self.ctx.focused(prop):
+                raise self.ctx.fail("wrong", zh, en, expected=Text("这一步正常完成", "the step completes"), actual=said)
+            self.ctx.record(prop, zh, en)
+        raise Inconclusive(en)
 
 
 def _blocks(count: int) -> str:

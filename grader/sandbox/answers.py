@@ -383,6 +383,17 @@ def op_permute(session, msg):
     return None
 
 
+def op_set_free(session, msg):
+    """The free list's items set (`m.free_blocks[:] = items`): the state the given release leaves."""
+    manager, items = _handle(session, msg.get("manager")), _ints(msg.get("items"), "a free list")
+    free = attribute(session, manager, "free_blocks")
+    if type(free) is list:
+        LIST_SET(free, slice(None), list(items))
+    else:
+        student_call(session, setitem, free, slice(None), list(items))
+    return None
+
+
 def op_place(session, msg):
     """Give a request blocks the way a correct prefill would: exactly what the reproduction
     writes, `r.block_table = [m.free_blocks.pop(i) for i in indices]`."""
@@ -565,7 +576,7 @@ MAX_BATCH = 64
 OPERATIONS = {
     "observe": op_observe, "reseed": op_reseed, "new": op_new, "ledger": op_ledger, "method": op_method,
     "get_cache": op_get_cache, "attention": op_attention, "share_pool": op_share_pool, "set_pool": op_set_pool,
-    "edit_kept": op_edit_kept, "permute": op_permute, "place": op_place, "set_table": op_set_table,
+    "edit_kept": op_edit_kept, "permute": op_permute, "set_free": op_set_free, "place": op_place, "set_table": op_set_table,
     "manager_meta": op_manager_meta, "request_meta": op_request_meta, "given_methods": op_given_methods,
     "kv_lab_step": op_kv_lab_step, "batch": op_batch,
 }

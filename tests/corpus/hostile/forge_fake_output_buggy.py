@@ -1,4 +1,4 @@
-# hostile: the same forgeries around a TODO 1 bug (the K/V factor 2 left out); expect todo1.per_token and todo1.per_block_and_total to fail (wrong) and exactly the score of the remaining items
+# hostile: the same forgeries around a TODO 1 bug (the K/V factor 2 left out); expect todo1.per_token to fail (wrong; the per-block figures, counted from its own per-token one, are right) and exactly the score of the remaining items
 import math
 
 import torch

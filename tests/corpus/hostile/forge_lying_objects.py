@@ -1,4 +1,4 @@
-# hostile: wrong answers dressed as right ones: ledger values are an int subclass whose __eq__ is always True and a list subclass likewise (per token without the K/V factor), get_physical_cache reads blocks in sorted order and returns a Tensor subclass whose __eq__, equal and allclose always agree; expect todo1.per_token, todo1.per_block_and_total and todo4.table_order to fail (wrong), everything else to pass
+# hostile: wrong answers dressed as right ones: ledger values are an int subclass whose __eq__ is always True and a list subclass likewise (per token without the K/V factor), get_physical_cache reads blocks in sorted order and returns a Tensor subclass whose __eq__, equal and allclose always agree; expect todo1.per_token and todo4.table_order to fail (wrong; the per-block figures, counted from its own per-token one, are right), everything else to pass
 import math
 
 import torch
