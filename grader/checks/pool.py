@@ -39,7 +39,7 @@ from grader.checks.base import Inconclusive, ItemContext, raised, student_error
 from grader.checks.frame import SharedPool
 from grader.checks.pool_diff import changes, misplaced, one_place, places, unchanged
 from grader.checks.pool_script import DIVERGED, Assert, Outcome, PoolScript, _builtin_class
-from grader.checks.pool_state import ContractState, Listed, State
+from grader.checks.pool_state import ContractState, Listed, State, _read_list
 from grader.checks.script import Line, Script
 from grader.results import Text
 
@@ -167,9 +167,15 @@ class Pool(ContractState, PoolScript):
             self._setup_refused(made if not made.ok else other, "m_other = KVCacheManager(...)" if not made.ok else "other = Request(...)")
         if self.todo == "TODO 3":
             count = min(num_blocks, math.ceil(prompt_len / block_size))
-            self.script.add(f"other.block_table = [m_other.free_blocks.pop(0) for _ in range({count})]")
-            if not self.ctx.call("place", manager=made.value, request=other.value, indices=[0] * count).ok:
-                raise Inconclusive("another manager's request could not be set up")
+            code = f"other.block_table = [m_other.free_blocks.pop(0) for _ in range({count})]"
+            self.script.add(code)
+            seen = self.ctx.call("observe", snapshot={"manager": made.value, "requests": []})
+            free, _ = _read_list((seen.state or {}).get("free_blocks"), "m_other.free_blocks")
+            if free is None or len(free) < count:  # a changed given constructor keeps blocks back: the case does not fit
+                raise Inconclusive("another manager's free list is shorter than the case assumed")
+            placed = self.ctx.call("place", manager=made.value, request=other.value, indices=[0] * count)
+            if not placed.ok:
+                self._setup_refused(placed, code)
         start = len(self.script.lines)
         call = self._guarded(step, "Exception", "whatever it does there", "无论它在那里做什么")
         self.script.lines.extend(call)
