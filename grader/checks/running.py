@@ -258,7 +258,8 @@ def _explore(ctx: ItemContext, run: Callable[[], None]) -> Failure | None:
             "error",
             "同一个用例再次运行时结果不同（提交的代码不确定？）",
             "the same case gave another result when run again (is the submission nondeterministic?)",
-            actual=type(error).__name__,
+            expected=Text("再次运行时结果相同", "the same result when run again"),
+            actual=Text("结果不同", f"another result ({type(error).__name__})"),
         )
     finally:
         ctx.random = False
