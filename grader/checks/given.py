@@ -468,9 +468,9 @@ def bound_methods(ctx: ItemContext, names: set[str]) -> dict[str, str]:
     try:
         reply = ctx.call("given_methods", methods=methods)
     except (Abort, BudgetExceeded):
-        return {}
-    finally:
         ctx.close()
+        return {}
+    # The process goes on to the given checks (check_given), which read nothing before this.
     found = reply.value if reply.ok and isinstance(reply.value, dict) else {}
     return {k: bound_digest(v) for k, v in found.items() if isinstance(k, str)}
 
