@@ -106,6 +106,9 @@ class Expect:
     tampered: tuple[str, ...] = ()  # kinds of tampering with the grader's machinery it must be recorded with (grader/tampering.py)
 
 
+SLOW_LISTS = {"call_timeout_s": 10, "item_budget_s": 40, "total_budget_s": 170}
+
+
 def fail(ids: list[str], *kinds: str) -> dict[str, tuple[str, ...]]:
     return dict.fromkeys(ids, kinds)
 
@@ -242,6 +245,13 @@ EXPECT: dict[str, Expect] = {
     "rt27_permute_refused_sorts.py": Expect(failed=fail(TODO["todo2"] + TODO["todo3"], "wrong")),
     "rt27_release_refused_registry.py": Expect(failed=fail(["todo2.block_count", "todo2.oom_atomic"], "wrong", "error")),
     "rt27_release_refused_idcache.py": Expect(failed=fail(["todo3.growth", "todo3.oom_rollback"], "wrong", "error")),
+    # Set-up steps that did not take (red team 29): a property that ignores the grader's write or shows another list;
+    # the state read back after each set-up step is checked against what the step makes.
+    # A property on free_blocks makes the 100,000-block pools slow (each pop reads it on the caller thread): the
+    # configured call limit, not the suite's 2 s.
+    "rt29_other_manager_empty_getter.py": Expect(failed=fail(TODO["todo3"], "wrong"), limits=SLOW_LISTS, seconds=180),
+    "rt29_release_repair_ignored.py": Expect(failed=fail(TODO["todo2"] + TODO["todo3"], "wrong")),
+    "rt29_big_pools_start_empty.py": Expect(failed=fail(["todo2.block_count", "todo2.oom_atomic"], "wrong", "error"), limits=SLOW_LISTS, seconds=180),
     "tamper_forged_replies.py": Expect(failed=fail(TODO["todo4"], "crashed", "integrity"), tampered=("forged",)),
 }
 CASES = sorted(EXPECT)

@@ -81,6 +81,15 @@ class Pool(ContractState, PoolScript):
         state = self._observe(self._call("observe"), "KVCacheManager(...)")
         if sorted(state.free) != list(range(num_blocks)):
             self._given("init", "新建的管理器应当所有块都空闲", "a new manager should have every block free", str(list(range(num_blocks))), str(state.free))
+            # The template's state, set directly: a changed given constructor is a note, and never
+            # empties the cases (red team 29: pools of large blocks that started with nothing free).
+            code = f"m.free_blocks[:] = list(range({num_blocks}))"
+            self.script.add(code, "what the template's constructor leaves; the case goes on from it", "模板的构造函数留下的状态；用例从这里继续")
+            reply = self._call("set_free", manager=self.manager, items=list(range(num_blocks)))
+            state = self._observe(reply, code)
+            if not reply.ok:
+                self._setup_refused(reply, code)
+            self._set_up(state, list(range(num_blocks)), {}, code, None, f"m.free_blocks == list(range({num_blocks}))")
         self.free = state.free
         self.shape = (num_blocks, block_size, head_dim)
         self.pool: SharedPool | None = self._share_pool()
@@ -169,13 +178,23 @@ class Pool(ContractState, PoolScript):
             count = min(num_blocks, math.ceil(prompt_len / block_size))
             code = f"other.block_table = [m_other.free_blocks.pop(0) for _ in range({count})]"
             self.script.add(code)
-            seen = self.ctx.call("observe", snapshot={"manager": made.value, "requests": []})
-            free, _ = _read_list((seen.state or {}).get("free_blocks"), "m_other.free_blocks")
-            if free is None or len(free) < count:  # a changed given constructor keeps blocks back: the case does not fit
-                raise Inconclusive("another manager's free list is shorter than the case assumed")
-            placed = self.ctx.call("place", manager=made.value, request=other.value, indices=[0] * count)
+            # Its free list as the template's constructor leaves it, set directly (a changed
+            # constructor, or a getter that shows another list, must not drop the case: red team 29).
+            self.script.lines.insert(len(self.script.lines) - 1, Line(f"m_other.free_blocks[:] = list(range({num_blocks}))"))
+            spec = {"manager": made.value, "requests": [other.value]}
+            reset = self.ctx.call("set_free", manager=made.value, items=list(range(num_blocks)), snapshot=spec)
+            if not reset.ok:
+                self._setup_refused(reset, f"m_other.free_blocks[:] = list(range({num_blocks}))")
+            placed = self.ctx.call("place", manager=made.value, request=other.value, indices=[0] * count, snapshot=spec)
             if not placed.ok:
                 self._setup_refused(placed, code)
+            state = placed.state or {}
+            free, _ = _read_list(state.get("free_blocks"), "m_other.free_blocks")
+            table, _ = _read_list(((state.get("requests") or {}).get(str(other.value)) or {}).get("block_table"), "other.block_table")
+            if free != list(range(count, num_blocks)) or table != list(range(count)):
+                self.script.expect(f"m_other.free_blocks == list(range({count}, {num_blocks})) and other.block_table == list(range({count}))",
+                                   f"{code}: not what it makes here", f"{code}：这里的结果不对")
+                self._setup_refused(None, code, f"m_other.free_blocks {_short(free)}, other.block_table {_short(table)}")
         start = len(self.script.lines)
         call = self._guarded(step, "Exception", "whatever it does there", "无论它在那里做什么")
         self.script.lines.extend(call)
@@ -253,6 +272,9 @@ class Pool(ContractState, PoolScript):
             self.script.add(code, *comment)
         reply = self._call("permute", manager=self.manager, order=order)
         state = self._observe(reply, code)
+        if reply.ok and sorted(order) == list(range(len(self.free))):
+            self._set_up(state, [self.free[i] for i in order], {}, code, "setup_before = list(m.free_blocks)",
+                         f"m.free_blocks == [setup_before[i] for i in {_indices(order)}]")
         if not reply.ok:
             if sorted(order) != list(range(len(self.free))):  # not a reordering of the list as read: the grader's case, not the list's refusal
                 raise Inconclusive("the free list is not as long as the case assumed")
@@ -271,6 +293,13 @@ class Pool(ContractState, PoolScript):
             self.script.add(code, *comment)
         reply = self._call("place", manager=self.manager, request=req.handle, indices=indices)
         state = self._observe(reply, code)
+        if reply.ok:
+            free = list(self.free)
+            taken = [free.pop(i) for i in indices] if all(-(len(self.free) - k) <= i < len(self.free) - k for k, i in enumerate(indices)) else None
+            if taken is not None:
+                self._set_up(state, free, {req.name: taken}, code,
+                             f"setup_free = list(m.free_blocks); setup_taken = [setup_free.pop(i) for i in {_indices(indices)}]",
+                             f"m.free_blocks == setup_free and {req.name}.block_table == setup_taken")
         if not reply.ok:
             if not all(-(len(self.free) - k) <= i < len(self.free) - k for k, i in enumerate(indices)):
                 # An index past the list as read (a changed given constructor keeps a block back,
@@ -544,9 +573,30 @@ class Pool(ContractState, PoolScript):
         after = self._observe(reply, f"{name}.block_table = []")
         if not reply.ok:
             self._setup_refused(reply, f"{name}.block_table = []")
+        self._set_up(after, want, {name: []}, f"{name}.block_table = []", None,
+                     f"m.free_blocks == sorted(free_before + table_before) and {name}.block_table == []")
         self._adopt(after)
 
-    def _setup_refused(self, reply: Any, code: str) -> None:
+    def _set_up(self, state: State, free: list[int], tables: dict[str, list[int]], code: str, capture: str | None, condition: str) -> None:
+        """A set-up step's state as read back, against what the step makes of the state before it
+        (`capture` and `condition` say so in the reproduction).  A difference is the step refused:
+        a property that ignores the write, a getter that shows another list (red team 29)."""
+        wrong = [] if state.free == free else [f"free_blocks {_short(state.free)}, expected {_short(free)}"]
+        for name, table in tables.items():
+            got = state.requests.get(name, (0, None))[1]
+            if got != table:
+                wrong.append(f"{name}.block_table {_short(got)}, expected {_short(table)}")
+        if not wrong:
+            return
+        if capture is not None:
+            at = next((i for i in range(len(self.script.lines) - 1, -1, -1) if code in self.script.lines[i].code), len(self.script.lines) - 1)
+            if at > 0 and self.script.lines[at - 1].code == "try:":  # a guarded step: before its block
+                at -= 1
+            self.script.lines.insert(at, Line(capture))
+        self.script.expect(condition, f"{code}: not what it makes here", f"{code}：这里的结果不对")
+        self._setup_refused(None, code, "; ".join(wrong))
+
+    def _setup_refused(self, reply: Any, code: str, left: str | None = None) -> None:
         """A set-up step (an operation the contract allows on free_blocks as a list, the given
         constructor with legal arguments, the given release's state set directly) raised on the
         submission's objects: the cases the TODO needs cannot be built.  Unless a TODO call
@@ -555,17 +605,32 @@ class Pool(ContractState, PoolScript):
         bug, as the case was dropped (red team 27)."""
         if self.type_broken:
             raise Inconclusive("a set-up step cannot use what an earlier call left")
-        error = reply.error or {}
-        said = f"{error.get('type')}: {str(error.get('message'))[:200]}"
-        zh = (f"评分器搭建用例的一步在你的对象上抛出了异常：{code} → {said}。约定允许这一步（free_blocks 是列表，"
-              "给定代码照模板行事）；搭不起用例，本 TODO 的各项就无法检查")
-        en = (f"a set-up step of the grader's raised on your objects: {code} -> {said}. The contract allows it (free_blocks "
-              "is a list, the given code does what the template's does); without it this TODO's cases cannot be built")
+        if left is not None:
+            said = left[:400]
+            zh = (f"评分器搭建用例的一步在你的对象上没有生效：{code} 之后读到 {said}。约定允许这一步（free_blocks、block_table "
+                  "是普通列表属性，给定代码照模板行事）；搭不起用例，本 TODO 的各项就无法检查")
+            en = (f"a set-up step of the grader's did not take on your objects: after {code}, read {said}. The contract allows it "
+                  "(free_blocks and block_table are plain list attributes, the given code does what the template's does); without it "
+                  "this TODO's cases cannot be built")
+        else:
+            error = reply.error or {}
+            said = f"{error.get('type')}: {str(error.get('message'))[:200]}"
+            zh = (f"评分器搭建用例的一步在你的对象上抛出了异常：{code} → {said}。约定允许这一步（free_blocks 是列表，"
+                  "给定代码照模板行事）；搭不起用例，本 TODO 的各项就无法检查")
+            en = (f"a set-up step of the grader's raised on your objects: {code} -> {said}. The contract allows it (free_blocks "
+                  "is a list, the given code does what the template's does); without it this TODO's cases cannot be built")
         for prop in self.props.values():
             if self.ctx.focused(prop):
                 raise self.ctx.fail("wrong", zh, en, expected=Text("这一步正常完成", "the step completes"), actual=said)
             self.ctx.record(prop, zh, en)
         raise Inconclusive(en)
+
+
+def _short(values: list[int] | None) -> str:
+    """A list as a card shows it: its first items and its length."""
+    if values is None:
+        return "(unreadable)"
+    return str(values) if len(values) <= 12 else f"[{', '.join(map(str, values[:10]))}, ...] ({len(values)} items)"
 
 
 def _blocks(count: int) -> str:
