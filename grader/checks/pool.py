@@ -39,6 +39,7 @@ from grader.checks.base import Inconclusive, ItemContext, raised, student_error
 from grader.checks.frame import SharedPool
 from grader.checks.pool_diff import changes, misplaced, one_place, places, unchanged
 from grader.checks.pool_script import DIVERGED, Assert, Outcome, PoolScript, _builtin_class
+from grader.checks.pool_setup import PoolSetup, _short
 from grader.checks.pool_state import ContractState, Listed, State, _read_list
 from grader.checks.script import Line, Script
 from grader.results import Text
@@ -59,7 +60,7 @@ class Req:
     gone: bool = False  # let go of (`del r`): no longer read, named or called
 
 
-class Pool(ContractState, PoolScript):
+class Pool(ContractState, PoolScript, PoolSetup):
     """A KVCacheManager in the sandbox, the requests made on it, and what they should hold."""
 
     def __init__(self, ctx: ItemContext, todo_label: str, num_blocks: int, block_size: int, head_dim: int):
@@ -194,7 +195,8 @@ class Pool(ContractState, PoolScript):
             if free != list(range(count, num_blocks)) or table != list(range(count)):
                 self.script.expect(f"m_other.free_blocks == list(range({count}, {num_blocks})) and other.block_table == list(range({count}))",
                                    f"{code}: not what it makes here", f"{code}：这里的结果不对")
-                self._setup_refused(None, code, f"m_other.free_blocks {_short(free)}, other.block_table {_short(table)}")
+                read = f"m_other.free_blocks {_short(free)}, other.block_table {_short(table)}"
+                self._setup_refused(None, code, Text(read, read))
         start = len(self.script.lines)
         call = self._guarded(step, "Exception", "whatever it does there", "无论它在那里做什么")
         self.script.lines.extend(call)
@@ -549,88 +551,6 @@ class Pool(ContractState, PoolScript):
             self._release_as_given(req, before, start, guarded, None)
             return
         self._adopt(after)
-
-    def _release_as_given(self, req: Req, before: State, start: int, guarded: bool, raised_class: str | None) -> None:
-        """Where the submission's release_request (given code, changed) raised or left another
-        state: that state set directly, as the template's release leaves it, and the case goes
-        on.  A changed given method is a note, never a reason to drop a case: a release refused
-        just where a TODO's bug would show hid that bug (red team 27)."""
-        name = req.name
-        if raised_class is not None:  # the reproduction runs past it, as the grading did (and a correct solution's refusal, once diverged)
-            caught = raised_class if not guarded or raised_class == "ValueError" else f"({raised_class}, ValueError)"
-            self.script.lines[start:] = self._guarded(f"m.release_request({name})", caught,
-                                                      "your release_request (given code) raised: see the note on given code",
-                                                      "你的 release_request（给定代码）抛出了异常：见给定代码的说明")
-        self.script.lines.insert(start, Line(f"free_before, table_before = list(m.free_blocks), list({name}.block_table)"))
-        code = "m.free_blocks[:] = sorted(free_before + table_before)"
-        self.script.add(code, "what the template's release_request leaves; the case goes on from it", "模板的 release_request 留下的状态；用例从这里继续")
-        self.script.add(f"{name}.block_table = []")
-        want = sorted(before.free + req.table)
-        reply = self.ctx.call("set_free", manager=self.manager, items=want)
-        if not reply.ok:
-            self._setup_refused(reply, code)
-        reply = self._call("set_table", request=req.handle, table=[], seq_len=req.seq_len)
-        after = self._observe(reply, f"{name}.block_table = []")
-        if not reply.ok:
-            self._setup_refused(reply, f"{name}.block_table = []")
-        self._set_up(after, want, {name: []}, f"{name}.block_table = []", None,
-                     f"m.free_blocks == sorted(free_before + table_before) and {name}.block_table == []")
-        self._adopt(after)
-
-    def _set_up(self, state: State, free: list[int], tables: dict[str, list[int]], code: str, capture: str | None, condition: str) -> None:
-        """A set-up step's state as read back, against what the step makes of the state before it
-        (`capture` and `condition` say so in the reproduction).  A difference is the step refused:
-        a property that ignores the write, a getter that shows another list (red team 29)."""
-        wrong = [] if state.free == free else [f"free_blocks {_short(state.free)}, expected {_short(free)}"]
-        for name, table in tables.items():
-            got = state.requests.get(name, (0, None))[1]
-            if got != table:
-                wrong.append(f"{name}.block_table {_short(got)}, expected {_short(table)}")
-        if not wrong:
-            return
-        if capture is not None:
-            at = next((i for i in range(len(self.script.lines) - 1, -1, -1) if code in self.script.lines[i].code), len(self.script.lines) - 1)
-            if at > 0 and self.script.lines[at - 1].code == "try:":  # a guarded step: before its block
-                at -= 1
-            self.script.lines.insert(at, Line(capture))
-        self.script.expect(condition, f"{code}: not what it makes here", f"{code}：这里的结果不对")
-        self._setup_refused(None, code, "; ".join(wrong))
-
-    def _setup_refused(self, reply: Any, code: str, left: str | None = None) -> None:
-        """A set-up step (an operation the contract allows on free_blocks as a list, the given
-        constructor with legal arguments, the given release's state set directly) raised on the
-        submission's objects: the cases the TODO needs cannot be built.  Unless a TODO call
-        already left a container of the wrong type (its item was told), every item of the TODO
-        fails on it: a refusal placed where a TODO's bug would show would otherwise hide that
-        bug, as the case was dropped (red team 27)."""
-        if self.type_broken:
-            raise Inconclusive("a set-up step cannot use what an earlier call left")
-        if left is not None:
-            said = left[:400]
-            zh = (f"评分器搭建用例的一步在你的对象上没有生效：{code} 之后读到 {said}。约定允许这一步（free_blocks、block_table "
-                  "是普通列表属性，给定代码照模板行事）；搭不起用例，本 TODO 的各项就无法检查")
-            en = (f"a set-up step of the grader's did not take on your objects: after {code}, read {said}. The contract allows it "
-                  "(free_blocks and block_table are plain list attributes, the given code does what the template's does); without it "
-                  "this TODO's cases cannot be built")
-        else:
-            error = reply.error or {}
-            said = f"{error.get('type')}: {str(error.get('message'))[:200]}"
-            zh = (f"评分器搭建用例的一步在你的对象上抛出了异常：{code} → {said}。约定允许这一步（free_blocks 是列表，"
-                  "给定代码照模板行事）；搭不起用例，本 TODO 的各项就无法检查")
-            en = (f"a set-up step of the grader's raised on your objects: {code} -> {said}. The contract allows it (free_blocks "
-                  "is a list, the given code does what the template's does); without it this TODO's cases cannot be built")
-        for prop in self.props.values():
-            if self.ctx.focused(prop):
-                raise self.ctx.fail("wrong", zh, en, expected=Text("这一步正常完成", "the step completes"), actual=said)
-            self.ctx.record(prop, zh, en)
-        raise Inconclusive(en)
-
-
-def _short(values: list[int] | None) -> str:
-    """A list as a card shows it: its first items and its length."""
-    if values is None:
-        return "(unreadable)"
-    return str(values) if len(values) <= 12 else f"[{', '.join(map(str, values[:10]))}, ...] ({len(values)} items)"
 
 
 def _blocks(count: int) -> str:
