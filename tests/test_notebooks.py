@@ -65,5 +65,6 @@ def test_run_all_reaches_the_grader_when_a_self_check_fails() -> None:
     printed, card = _run(STUDENT_NB, _write_a_wrong_ledger)
     assert "❌ TODO 1 ledger / 容量账本: AssertionError" in printed and "1 self-check(s) failed" in printed
     assert printed.count("⏳") == 5  # the other TODOs are still to be written
-    assert card.startswith("得分：0 / 100") and "✗ todo1.per_token" in card
+    # One mistake, one item: the per-block figures, counted from its own per-token figure, are right (8 of 97 points).
+    assert card.startswith("得分：8.25 / 100") and "✗ todo1.per_token" in card and "✗ todo1.per_block_and_total" not in card
     assert "这一项检查的规则" in card and "K 和 V" in card  # the rule it broke, as the notebook states it
