@@ -1,5 +1,5 @@
 # corpus: expect-fail todo1
-# breaks: todo1.per_token
+# breaks: todo1.per_token, todo1.per_block_and_total
 # mistake (blind 28): kv_bytes_per_token is the product of a torch int64 tensor, so it silently wraps (or raises) once the per-token product passes 2^63, e.g. num_layers=num_kv_heads=head_dim=10**7 (dtype_bytes=2); every smaller input is exact.
 """PagedAttention exercise (submission)."""
 
