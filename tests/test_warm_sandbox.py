@@ -134,11 +134,29 @@ def _facts(output: str, sandbox: Sandbox) -> dict[str, Any]:
     return json.loads(text.replace(str(sandbox.tmp), "<tmp>").replace(sandbox.token, "<token>"))
 
 
+def _strings(value: Any, where: str = "") -> Iterator[tuple[str, str]]:
+    """Every string in a JSON value (keys included), with where it was found."""
+    if isinstance(value, str):
+        yield where, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield f"{where}/{key}", str(key)
+            yield from _strings(item, f"{where}/{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _strings(item, f"{where}[{index}]")
+
+
 def _nothing_of_the_judge(text: str, sandbox: Sandbox) -> None:
     """Not the judge's pid, its cgroups' names, the uid's lock, the plan: only its private directory's
     path (a random name) and the sandbox's token, in what the submission sees of its own process."""
     judge = str(os.getpid())
-    assert not re.search(rf"(?<![0-9]){judge}(?![0-9])", text.replace(str(sandbox.tmp), "").replace(sandbox.token, "")), judge
+    facts = json.loads(text.replace(str(sandbox.tmp), "").replace(sandbox.token, ""))
+    assert os.getpid() not in [*facts["pids"][:2], *facts["pids"][2]], facts["pids"]
+    for where, value in _strings(facts):
+        # A file mode ("0o600") or a capability mask is a number that may read as the pid (CI's judge was 600).
+        if not re.fullmatch(r"0o[0-7]+|[0-9a-f]{16}", value):
+            assert not re.search(rf"(?<![0-9]){judge}(?![0-9])", value), (judge, where, value)
     for trace in [*(sandbox.cgroup.paths if sandbox.cgroup else []), *([sandbox.uid.path] if sandbox.uid else [])]:
         assert trace not in text and os.path.basename(trace) not in text, trace
     for key in ("uid_lock", "cgroups", "lifeline", "memory_mb", "tmpfs_mb"):  # the plan's, as JSON or a repr would show them
