@@ -15,6 +15,9 @@ to, a later statement of a cell a statement reading one may stop) and which defi
 them (a function or class whose body reads one, a name bound from one).  It is an
 over-approximation by design: a value that could reach a definition counts as reaching it.
 
+A skipped command's printed output counts as its value where the notebook catches output
+(`%%capture c`, `redirect_stdout(buf)`, `sys.stdout = buf`: red team 30); see _output_catcher.
+
 A skipped command's effect on the files counts as a value it produced: `!touch marker` makes
 a file in Jupyter and none here, so `os.path.exists('marker')` is such a value too (red team
 10).  Any skipped command may write (installs too; its text is not parsed); every read of the
@@ -38,7 +41,7 @@ import ast
 import re
 from dataclasses import dataclass, field
 
-from grader.cells import parse_cell
+from grader.cells import cell_magic, parse_cell
 from grader.results import FAILED, PASSED, Failure, ItemResult, Text
 from grader.submission import Cell
 
@@ -81,6 +84,7 @@ class Source:
     depends: set[str] = field(default_factory=set)  # contract names that may depend on it ("*": any)
     file_reads: set[int] | None = None  # a command's effect on the files: the reads of them (node ids) that may follow it
     grader_line: bool = False  # a grader call taken out before grading (it loads the grader in Jupyter): file_reads are module reads
+    output: bool = False  # a command's printed output, which the notebook captures: names and file_reads are where it is caught
 
 
 @dataclass
@@ -239,9 +243,12 @@ def _sources(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) -> list[
                 shell = (index, line)
     if shell is not None:
         found.append(Source(shell[0], shell[1], "_exit_code", None, {"_exit_code"}))
-    writer = _first_writer(cells, statements)
-    if writer is not None:
-        found.append(writer)
+    command = _first_command(cells, statements)
+    if command is not None:
+        found.append(_writer(statements, command))
+        catcher = _output_catcher(cells, statements, command)
+        if catcher is not None:
+            found.append(catcher)
     loader = _first_grader_line(cells, statements)
     if loader is not None:
         found.append(loader)
@@ -333,33 +340,152 @@ def _reads_files(node: ast.AST) -> bool:
     return False
 
 
-def _first_writer(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) -> Source | None:
-    """The first skipped line that may write files, with the reads of the file system that may come after it."""
+@dataclass
+class Command:
+    """The first skipped line that runs a command (which in Jupyter may write files and prints its output)."""
+
+    ordinal: int  # of its statement among the notebook's
+    line: int
+    text: str
+    inside: bool  # inside a function (which may run at any later time)
+    cell: int
+
+    def follows(self, position: int, nested: bool) -> bool:
+        """Whether a node (of the statement at `position`, in a function or not) may run after the command."""
+        return self.inside or nested or position >= self.ordinal
+
+
+def _first_command(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) -> Command | None:
     aliases = _aliases(statements)
     lines = {cell.index: (cell.source or "").split("\n") for cell in cells}
     parsed = {index for index, _ in statements}
-    at: tuple[int, int, str, bool] | None = None  # (ordinal of its statement, line, text, inside a function)
-    cell_of = 0
+    at: Command | None = None
     for ordinal, (index, statement) in enumerate(statements):
         for node, inside in _scoped(statement):
             if _writes(node, aliases):
                 line = getattr(node, "lineno", 1)
                 text = lines[index][line - 1].strip() if 0 < line <= len(lines[index]) else ast.unparse(node)
-                at, cell_of = (ordinal, line, text, inside), index
+                at = Command(ordinal, line, text, inside, index)
                 break
         if at is not None:
             break
     for cell in cells:  # a cell IPython runs with automagic (`mkdir marker` alone): not Python, not seen above
         words = (cell.source or "").split()
-        if cell.index not in parsed and words and words[0].lstrip("%") in aliases and (at is None or cell.index < cell_of):
+        if cell.index not in parsed and words and words[0].lstrip("%") in aliases and (at is None or cell.index < at.cell):
             ordinal = sum(1 for index, _ in statements if index < cell.index)
-            at, cell_of = (ordinal, 1, (cell.source or "").strip().split("\n")[0], False), cell.index
-    if at is None:
-        return None
-    ordinal, line, text, inside = at
+            at = Command(ordinal, 1, (cell.source or "").strip().split("\n")[0], False, cell.index)
+    return at
+
+
+def _writer(statements: list[tuple[int, ast.stmt]], command: Command) -> Source:
+    """The first command, with the reads of the file system that may come after it."""
     reads = {id(node) for position, (_, statement) in enumerate(statements) for node, nested in _scoped(statement)
-             if _reads_files(node) and (inside or nested or position >= ordinal)}
-    return Source(cell_of, line, text[:200], None, file_reads=reads)
+             if _reads_files(node) and command.follows(position, nested)}
+    return Source(command.cell, command.line, command.text[:200], None, file_reads=reads)
+
+
+# What catches a cell's printed output (a command's too: IPython prints it through `print`, to
+# `sys.stdout`), and what reads what was caught.
+CATCHERS = frozenset({"redirect_stdout", "redirect_stderr", "capture_output", "capture"})
+STREAMS = frozenset({"stdout", "stderr", "print"})  # `sys.stdout = buf`, `builtins.print = keep`
+CAUGHT_READS = frozenset({"getvalue", "getbuffer", "read", "readline", "readlines", "tell", "truncate"})  # `buf.getvalue()`
+STREAM_USES = frozenset({"write", "writelines", "flush", "fileno", "isatty"})  # `sys.stdout.write(...)` reads nothing caught
+WRITERS = frozenset({"write", "writelines"})  # a class with one of these may be handed the output
+
+
+def _output_catcher(cells: list[Cell], statements: list[tuple[int, ast.stmt]], command: Command) -> Source | None:
+    """The command's printed output, where the notebook may catch it (red team 30): `%%capture c`, `with
+    redirect_stdout(buf)`, `capture_output()`, `sys.stdout = buf`, `builtins.print = f`, also through
+    `setattr`, `vars(sys)[...]` or `__dict__`.  In Jupyter the catcher holds the output; here it holds
+    nothing.  What it is handed (names; a class with a `write` method; the globals such a function
+    or class sets) holds the command's value, as do reads of caught text after the command
+    (`getvalue()`, `read()`, `tell()`, `sys.stdout` itself but to write or flush it).  None where the
+    notebook catches no output."""
+    modules = {name for _, s in statements if isinstance(s, (ast.Import, ast.ImportFrom)) for name in _bound(s)}
+    names: set[str] = set()
+    catches = False
+    for cell in cells:
+        magic = cell_magic(cell.source or "")
+        if magic is not None and magic[0] == "capture":
+            catches = True
+            names |= set([w for w in magic[1].split() if not w.startswith("-") and w.isidentifier()][:1])  # `%%capture --no-stderr c`
+    for _, statement in statements:
+        for node in ast.walk(statement):
+            handed: list[ast.expr] = []
+            if isinstance(node, ast.Call) and _called(node) in CATCHERS:
+                catches = True  # `capture_output()` is handed nothing: what it returns holds the output
+                handed = [*node.args, *(k.value for k in node.keywords)]
+            elif isinstance(node, (ast.With, ast.AsyncWith)):
+                for item in node.items:
+                    if isinstance(item.context_expr, ast.Call) and _called(item.context_expr) in CATCHERS and item.optional_vars:
+                        names |= _bound(item.optional_vars)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                handed = [value for target, value in _pairs(targets, node.value) if _stream_target(target)]
+            elif isinstance(node, ast.Call) and _called(node) == "setattr" and len(node.args) >= 3 and (
+                    _constant(node.args[1]) is None or _constant(node.args[1]) in STREAMS):
+                handed = [node.args[2]]  # setattr(sys, "stdout", buf), or a name made at run time
+            elif isinstance(node, ast.Call) and _called(node) == "update" and isinstance(node.func, ast.Attribute) and _namespace_of(node.func.value):
+                handed = [*node.args, *(k.value for k in node.keywords)]  # vars(sys).update(stdout=buf)
+            elif isinstance(node, ast.ClassDef) and any(isinstance(b, (ast.FunctionDef, ast.AsyncFunctionDef)) and b.name in WRITERS for b in node.body):
+                names.add(node.name)  # a writer: whatever it sets when handed output (red team 30's class with `write`)
+            if handed:
+                catches = True
+                names |= {n for value in handed for n in _loads(value)}
+    if not catches:
+        return None
+    names -= modules
+    definitions = {s.name: s for _, s in statements if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    names |= {g for name in names & set(definitions) for n in ast.walk(definitions[name]) if isinstance(n, ast.Global) for g in n.names}
+    harmless = _stream_uses(statements)
+    reads = {id(node) for position, (_, statement) in enumerate(statements) for node, nested in _scoped(statement)
+             if _reads_caught(node, harmless) and command.follows(position, nested)}
+    return Source(command.cell, command.line, command.text[:200], None, names, file_reads=reads, output=True)
+
+
+def _stream_target(target: ast.expr) -> bool:
+    """`sys.stdout = ...`, `vars(sys)["stdout"] = ...`, `sys.__dict__[name] = ...` (a key made at run time)."""
+    if isinstance(target, ast.Attribute):
+        return target.attr in STREAMS
+    if isinstance(target, ast.Subscript):
+        key = _constant(target.slice)
+        return key in STREAMS or key is None and _namespace_of(target.value)
+    return False
+
+
+def _namespace_of(node: ast.expr) -> bool:
+    """`vars(x)`, `x.__dict__`: an object's attributes as a dict."""
+    return (isinstance(node, ast.Call) and _called(node) == "vars") or (isinstance(node, ast.Attribute) and node.attr == "__dict__")
+
+
+def _stream_uses(statements: list[tuple[int, ast.stmt]]) -> set[int]:
+    """The stream reads that only write to it (`sys.stdout.write(s)`, `print(x, file=sys.stderr)`)."""
+    out: set[int] = set()
+    for _, statement in statements:
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Attribute) and node.attr in STREAM_USES and isinstance(node.value, ast.Attribute):
+                out.add(id(node.value))
+            elif isinstance(node, ast.keyword) and node.arg == "file" and isinstance(node.value, ast.Attribute):
+                out.add(id(node.value))
+    return out
+
+
+def _reads_caught(node: ast.AST, harmless: set[int]) -> bool:
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in CAUGHT_READS:
+        return True
+    return isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and node.attr in STREAMS - {"print"} and id(node) not in harmless
+
+
+def _pairs(targets: list[ast.expr], value: ast.expr) -> list[tuple[ast.expr, ast.expr]]:
+    """Each assigned target with the value it gets (`a, sys.stdout = x, buf` pairs sys.stdout with buf)."""
+    out: list[tuple[ast.expr, ast.expr]] = []
+    for target in targets:
+        if isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)) and len(target.elts) == len(value.elts):
+            for t, v in zip(target.elts, value.elts, strict=True):
+                out += _pairs([t], v)
+        else:
+            out.append((target, value))
+    return out
 
 
 def analyse(cells: list[Cell]) -> Finding:
@@ -515,6 +641,8 @@ def _taints(statement: ast.stmt, source: Source, tainted: set[str], functions: d
             found |= _bound(node)
         elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and _tainting(node.value, source, tainted):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if source.output:  # `sys.stdout = buf` swaps the stream, which only the reads of caught text see (_reads_caught), not `sys`
+                targets = [t for t in targets if not _stream_target(t)]
             found |= {name for t in targets for name in (*_bound(t), _base_name(t)) if name}
             everything |= any(_namespace(t) for t in targets)
         elif isinstance(node, ast.NamedExpr) and _tainting(node.value, source, tainted):
@@ -580,6 +708,14 @@ def notes(finding: Finding, todos: dict[str, tuple[str, ...]]) -> list[Text]:
                 f"Jupyter it loads the grader), and which modules are loaded or which names are bound is read after it ({reads_en})",
             ))
             continue
+        if source.output:
+            out.append(Text(
+                f"第 {source.cell} 个代码单元第 {source.line} 行 `{source.text}` 在评分时不运行（Jupyter 中它会打印输出，这里不打印），"
+                f"而笔记本捕获了输出并读取了它（{reads_zh}）",
+                f"code cell {source.cell}, line {source.line}: `{source.text}` does not run while grading (in Jupyter it prints its output, "
+                f"here it prints nothing), and the notebook catches printed output and reads it ({reads_en})",
+            ))
+            continue
         if source.file_reads is not None:
             out.append(Text(
                 f"第 {source.cell} 个代码单元第 {source.line} 行 `{source.text}` 在评分时不运行（Jupyter 中它可能写文件，这里不写），"
@@ -601,9 +737,9 @@ def notes(finding: Finding, todos: dict[str, tuple[str, ...]]) -> list[Text]:
         names = "all of them (exec, globals() or setattr with such a value)" if finding.depends == ["*"] else ", ".join(finding.depends)
         names_zh = "全部（exec、globals() 或 setattr 用了这样的值）" if finding.depends == ["*"] else ", ".join(finding.depends)
         out.append(Text(
-            f"{names_zh} 的定义可能依赖评分时不运行的行的值（或它写下的文件）：评分所走的路径未必是 Jupyter 所走的，{', '.join(affected)} 的项目不计分",
+            f"{names_zh} 的定义可能依赖评分时不运行的行的值（或它写下的文件、打印的输出）：评分所走的路径未必是 Jupyter 所走的，{', '.join(affected)} 的项目不计分",
             f"the definitions of {names} may depend on the value of a line that does not run while grading (or on the files it may "
-            f"have written): what is graded may not be "
+            f"have written, or the output it prints): what is graded may not be "
             f"what Jupyter runs, so the items of {', '.join(affected)} get no points",
         ))
     return out
@@ -626,6 +762,8 @@ def apply(items: list[ItemResult], finding: Finding, todos: dict[str, tuple[str,
     what_zh, what_en = "的值", "the value of"
     if source.grader_line:
         what_zh, what_en = "所载入的模块", "the modules loaded by"
+    elif source.output:
+        what_zh, what_en = "所打印并被捕获的输出", "the captured printed output of"
     elif source.file_reads is not None:
         what_zh, what_en = "可能写下的文件", "the files written by"
     out = []

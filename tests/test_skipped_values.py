@@ -193,3 +193,72 @@ def test_reading_which_modules_are_loaded_after_a_grader_call_taken_out_costs_it
     assert todos(lab, _branch("'grader' in globals()", STUBS, RIGHT)) == ["todo5"]
     assert todos(lab, "import sys\nprint(sorted(sys.modules)[:3])", RIGHT) == []  # read, only shown
     assert todos("import sys", _branch("'json' in sys.modules", STUBS, RIGHT)) == []  # no grader call taken out
+
+
+@pytest.mark.parametrize(
+    "cells",
+    [
+        # red team 30: a command's printed output, caught; empty here, the command's output in Jupyter
+        ("%%capture _cap\n!echo ran", _branch("not _cap.stdout", RIGHT, STUBS)),
+        ("import io, contextlib\n_buf = io.StringIO()", "with contextlib.redirect_stdout(_buf):\n    !echo ran", _branch("not _buf.getvalue()", RIGHT, STUBS)),
+        ("import io, sys\n_buf = io.StringIO()\n_old, sys.stdout = sys.stdout, _buf", "!echo ran", "sys.stdout = _old", _branch("not _buf.getvalue()", RIGHT, STUBS)),
+        ("import io, sys\nsys.stdout = io.StringIO()", "!echo ran", "seen = sys.stdout.getvalue()\nsys.stdout = sys.__stdout__", _branch("seen", STUBS, RIGHT)),
+        ("from IPython.utils.capture import capture_output", "with capture_output() as c:\n    %pip install tqdm", _branch("c.outputs or c.stdout", STUBS, RIGHT)),
+        ("import contextlib\nclass Seen:\n    def write(self, s):\n        global seen\n        seen = True\n    def flush(self):\n        pass",
+         "seen = False\nwith contextlib.redirect_stderr(Seen()), contextlib.redirect_stdout(Seen()):\n    !echo ran", _branch("seen", STUBS, RIGHT)),
+        ("import builtins\nkeep = []\nold = builtins.print\nbuiltins.print = lambda *a, **k: keep.append(a)", "!echo ran", "builtins.print = old",
+         _branch("keep", STUBS, RIGHT)),
+        ("import sys, io\ndef run():\n    !echo ran", "buf = io.StringIO()\nsetattr(sys, 'stdout', buf)\nrun()\nsys.stdout = sys.__stdout__", _branch("buf.getvalue()", STUBS, RIGHT)),
+    ],
+)
+def test_definitions_that_may_depend_on_a_skipped_lines_caught_output_cost_their_todo(cells: tuple[str, ...]) -> None:
+    assert _todos(*cells) == ["todo5"]
+
+
+@pytest.mark.parametrize(
+    "cells",
+    [
+        ("%%capture\n!pip install tqdm", RIGHT),  # the usual quiet install: nothing kept
+        ("%%capture log\n%pip install tqdm", "print(log.stdout[-200:])", RIGHT),  # caught, only shown
+        ("import io, contextlib\nbuf = io.StringIO()\nwith contextlib.redirect_stdout(buf):\n    print('quiet')", RIGHT),  # no skipped line
+        ("import sys\n!nvidia-smi", "def paged_attention(q, k, v, b, s):\n    sys.stdout.write('x')\n    sys.stdout.flush()\n    return q"),  # nothing caught
+        ("import io, sys\n!echo ran", "def paged_attention(q, k, v, b, s):\n    print('step', file=sys.stderr)\n    return q",
+         "buf = io.StringIO()\nsys.stdout, old = buf, sys.stdout\nprint('hidden')\nsys.stdout = old"),  # caught, never read by a definition
+    ],
+)
+def test_output_caught_but_not_read_into_a_definition_costs_nothing(cells: tuple[str, ...]) -> None:
+    assert _todos(*cells) == []
+
+
+def test_the_capture_notebook_costs_todo5() -> None:
+    cells = load_submission(CORPUS / "gaming" / "rt30_nb_capture_shell_output.ipynb", 1 << 24).cells
+    assert skipped_values.affected_todos(skipped_values.analyse(cells), REQUIRED_NAMES) == ["todo5"]
+
+
+def test_a_caught_output_is_said() -> None:
+    cells = [Cell(1, "%%capture cap\n!echo ran"), Cell(2, _branch("cap.stdout", STUBS, RIGHT))]
+    finding = skipped_values.analyse(cells)
+    assert [(s.text, s.output) for s in finding.sources] == [("!echo ran", True)]
+    items = skipped_values.apply([ItemResult("todo5.a", "todo5", Text("a", "a"), 5, PASSED)], finding, REQUIRED_NAMES)
+    assert items[0].failure is not None and "the captured printed output of `!echo ran`" in items[0].failure.message.en
+    note = skipped_values.notes(finding, REQUIRED_NAMES)[0]
+    assert "catches printed output" in note.en and "捕获" in note.zh
+
+
+@pytest.mark.parametrize(
+    "cells",
+    [
+        # the same catchers, reached by other names than an attribute assignment
+        ("import io, sys\nbuf = io.StringIO()\nvars(sys)['stdout'] = buf", "!echo ran", "vars(sys)['stdout'] = sys.__stdout__", _branch("buf.tell()", STUBS, RIGHT)),
+        ("import io, sys\nbuf = io.StringIO()\nname = 'std' + 'out'\nold = getattr(sys, name)\nsetattr(sys, name, buf)", "!echo ran", "setattr(sys, name, old)",
+         _branch("buf.getvalue()", STUBS, RIGHT)),
+        ("import io, sys\nbuf = io.StringIO()\nsys.__dict__.update(stdout=buf)", "!echo ran", "sys.__dict__.update(stdout=sys.__stdout__)\nbuf.seek(0)",
+         _branch("buf.read()", STUBS, RIGHT)),
+        ("class Tally:\n    count = 0\n    def write(self, s):\n        Tally.count += len(s)", "import sys\nsys.stdout, old = Tally(), sys.stdout", "!echo ran", "sys.stdout = old",
+         _branch("Tally.count", STUBS, RIGHT)),
+        ("import io, sys\nsys.stdout = io.StringIO()", "!echo ran", "for line in sys.stdout:\n    pass\ntext = list(sys.stdout)\nsys.stdout = sys.__stdout__",
+         _branch("text", STUBS, RIGHT)),
+    ],
+)
+def test_catchers_reached_by_other_names_cost_their_todo(cells: tuple[str, ...]) -> None:
+    assert _todos(*cells) == ["todo5"]
