@@ -92,9 +92,13 @@ def _import_judge() -> None:
     import grader.report.markdown  # noqa: F401
     import grader.report.text  # noqa: F401
     import grader.sanitize  # noqa: F401
+    from grader import rules
+    from grader.config import grader_fingerprint
     from grader.draws import pin_local_constants
 
     pin_local_constants()
+    grader_fingerprint()  # every config's digest hashes the grader's files: once here, not in each judge
+    rules.for_item("", "")  # the scorecards' rules (grader/rules.toml), parsed once here too
 
 
 def _judge(message: dict[str, Any], fds: list[int]) -> None:
