@@ -41,7 +41,7 @@ import ast
 import re
 from dataclasses import dataclass, field
 
-from grader.cells import cell_magic, parse_cell
+from grader.cells import cell_magic, parse_cell, python_view
 from grader.results import FAILED, PASSED, Failure, ItemResult, Text
 from grader.submission import Cell
 
@@ -49,7 +49,11 @@ VALUE_MAGICS = frozenset({"sx", "system"})  # line magics whose value is a comma
 SHELL_CELL_MAGICS = frozenset({"bash", "sh", "script", "perl", "ruby", "python", "python2", "python3", "pypy", "sx", "system", "!"})
 DISPLAYED = frozenset({"_", "__", "___", "Out", "_oh"})  # what a displayed value is kept as
 DISPLAY_NUMBER = re.compile(r"_\d+")  # and as `_N`, N the cell's execution count
-NAMESPACE_ATTRIBUTES = frozenset({"user_ns", "user_global_ns", "output_hist", "displayhook", "_oh", "__main__"})
+# Ways to the notebook's namespace or its output history (red teams 14 and 32): a name a skipped line binds
+# (`_`, `_exit_code`, `--out x`) is read through any of them.
+NAMESPACE_ATTRIBUTES = frozenset({"user_ns", "user_global_ns", "output_hist", "displayhook", "_oh", "__main__", "ns_table",
+                                  "user_module", "all_ns_refs", "user_ns_hidden", "f_globals", "f_locals", "__globals__",
+                                  "history_manager"})
 SHOWN_ONLY = frozenset({"print", "display", "pprint", "repr", "str", "len", "type", "format", "sorted", "list", "tuple", "bool", "int"})
 EVERYTHING = frozenset({"exec", "eval", "compile", "__import__", "runpy"})  # a call of one of these with such a value may bind any name
 NAMESPACES = frozenset({"globals", "locals", "vars"})  # globals()[k] = v, globals().update(...)
@@ -85,6 +89,7 @@ class Source:
     file_reads: set[int] | None = None  # a command's effect on the files: the reads of them (node ids) that may follow it
     grader_line: bool = False  # a grader call taken out before grading (it loads the grader in Jupyter): file_reads are module reads
     output: bool = False  # a command's printed output, which the notebook captures: names and file_reads are where it is caught
+    raises: bool = False  # commands that may raise in Jupyter (file_reads: those lines), never here
 
 
 @dataclass
@@ -222,6 +227,28 @@ def _statements(cells: list[Cell]) -> list[tuple[int, ast.stmt]]:
                 out += [(cell.index, statement) for statement in parse_cell(written).body]
             except (SyntaxError, ValueError, RecursionError, MemoryError):
                 pass
+        out += [(cell.index, statement) for statement in _magic_bodies(tree)]
+    return out
+
+
+NOT_PYTHON_BODIES = SHELL_CELL_MAGICS | {"writefile", "file", "html", "HTML", "javascript", "js", "latex", "markdown", "svg"}
+
+
+def _magic_bodies(tree: ast.Module) -> list[ast.stmt]:
+    """The bodies of a cell's other cell magics, read as Python where they parse: an alias
+    (`%alias_magic cap capture`, then `%%cap c`: red team 32) or a magic the notebook registers
+    runs its body as code, which IPython's transformer leaves a string."""
+    out: list[ast.stmt] = []
+    for node in ast.walk(tree):
+        if _is_ipython_call(node, "run_cell_magic") and len(node.args) >= 3:  # type: ignore[attr-defined]
+            name, body = _constant(node.args[0]), _constant(node.args[2])  # type: ignore[attr-defined]
+            if name is not None and name not in NOT_PYTHON_BODIES and body is not None:
+                try:
+                    parsed = parse_cell(python_view(body))
+                except (SyntaxError, ValueError, RecursionError, MemoryError):
+                    continue
+                ast.increment_lineno(parsed, 1)  # the body starts on the cell's second line
+                out += parsed.body
     return out
 
 
@@ -249,6 +276,9 @@ def _sources(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) -> list[
         catcher = _output_catcher(cells, statements, command)
         if catcher is not None:
             found.append(catcher)
+    raisers = _raisers(cells, statements)
+    if raisers is not None:
+        found.append(raisers)
     loader = _first_grader_line(cells, statements)
     if loader is not None:
         found.append(loader)
@@ -377,10 +407,31 @@ def _first_command(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) ->
     return at
 
 
+def _raisers(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) -> Source | None:
+    """The skipped lines that may raise in Jupyter and never do here: a shell cell magic run as a
+    call (`%%bash` raises on a failed command), and every command once the notebook sets
+    `system_raise_on_error` (red team 32: `try: !nvidia-smi` / `except: no_gpu = True`).  A `try`
+    around one, and the rest of a cell after one, depend on whether it raised."""
+    aliases = _aliases(statements)
+    lines = {cell.index: (cell.source or "").split("\n") for cell in cells}
+    raising = any("raise_on_error" in (cell.source or "") for cell in cells)
+    found = [(index, node) for index, statement in statements for node in ast.walk(statement)
+             if _is_method_call(node, "run_cell_magic") and node.args and _constant(node.args[0]) in SHELL_CELL_MAGICS  # type: ignore[attr-defined]
+             or raising and _writes(node, aliases)]
+    if not found:
+        return None
+    index, first = found[0]
+    line = getattr(first, "lineno", 1)
+    text = lines[index][line - 1].strip() if 0 < line <= len(lines[index]) else ast.unparse(first)
+    return Source(index, line, text[:200], None, file_reads={id(n) for _, n in found}, raises=True)
+
+
 def _writer(statements: list[tuple[int, ast.stmt]], command: Command) -> Source:
-    """The first command, with the reads of the file system that may come after it."""
+    """The first command, with the reads of the file system that may come after it, and of the
+    modules loaded (running a command imports what IPython runs it with: red team 32 read
+    `'pexpect' in sys.modules`)."""
     reads = {id(node) for position, (_, statement) in enumerate(statements) for node, nested in _scoped(statement)
-             if _reads_files(node) and command.follows(position, nested)}
+             if (_reads_files(node) or _reads_modules(node)) and command.follows(position, nested)}
     return Source(command.cell, command.line, command.text[:200], None, file_reads=reads)
 
 
@@ -402,29 +453,31 @@ def _output_catcher(cells: list[Cell], statements: list[tuple[int, ast.stmt]], c
     (`getvalue()`, `read()`, `tell()`, `sys.stdout` itself but to write or flush it).  None where the
     notebook catches no output."""
     modules = {name for _, s in statements if isinstance(s, (ast.Import, ast.ImportFrom)) for name in _bound(s)}
+    catchers = _catcher_names(statements)
+    captures = {"capture"} | {alias for alias, magic in _cell_magic_aliases(statements).items() if magic == "capture"}
     names: set[str] = set()
     catches = False
     for cell in cells:
         magic = cell_magic(cell.source or "")
-        if magic is not None and magic[0] == "capture":
+        if magic is not None and magic[0] in captures:
             catches = True
             names |= set([w for w in magic[1].split() if not w.startswith("-") and w.isidentifier()][:1])  # `%%capture --no-stderr c`
     for _, statement in statements:
         for node in ast.walk(statement):
             handed: list[ast.expr] = []
-            if isinstance(node, ast.Call) and _called(node) in CATCHERS:
+            if isinstance(node, ast.Call) and _called(node) in catchers:
                 catches = True  # `capture_output()` is handed nothing: what it returns holds the output
                 handed = [*node.args, *(k.value for k in node.keywords)]
             elif isinstance(node, (ast.With, ast.AsyncWith)):
                 for item in node.items:
-                    if isinstance(item.context_expr, ast.Call) and _called(item.context_expr) in CATCHERS and item.optional_vars:
+                    if isinstance(item.context_expr, ast.Call) and _called(item.context_expr) in catchers and item.optional_vars:
                         names |= _bound(item.optional_vars)
             elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and node.value is not None:
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
                 handed = [value for target, value in _pairs(targets, node.value) if _stream_target(target)]
-            elif isinstance(node, ast.Call) and _called(node) == "setattr" and len(node.args) >= 3 and (
-                    _constant(node.args[1]) is None or _constant(node.args[1]) in STREAMS):
-                handed = [node.args[2]]  # setattr(sys, "stdout", buf), or a name made at run time
+            elif isinstance(node, ast.Call) and _called(node) in ("setattr", "__setattr__") and len(node.args) >= 2 and (
+                    _constant(node.args[-2]) is None or _constant(node.args[-2]) in STREAMS):
+                handed = [node.args[-1]]  # setattr(sys, "stdout", buf), sys.__setattr__("stdout", buf), or a name made at run time
             elif isinstance(node, ast.Call) and _called(node) == "update" and isinstance(node.func, ast.Attribute) and _namespace_of(node.func.value):
                 handed = [*node.args, *(k.value for k in node.keywords)]  # vars(sys).update(stdout=buf)
             elif isinstance(node, ast.ClassDef) and any(isinstance(b, (ast.FunctionDef, ast.AsyncFunctionDef)) and b.name in WRITERS for b in node.body):
@@ -441,6 +494,42 @@ def _output_catcher(cells: list[Cell], statements: list[tuple[int, ast.stmt]], c
     reads = {id(node) for position, (_, statement) in enumerate(statements) for node, nested in _scoped(statement)
              if _reads_caught(node, harmless) and command.follows(position, nested)}
     return Source(command.cell, command.line, command.text[:200], None, names, file_reads=reads, output=True)
+
+
+def _catcher_names(statements: list[tuple[int, ast.stmt]]) -> set[str]:
+    """CATCHERS and the names bound to one (`from contextlib import redirect_stdout as grab`, `grab =
+    contextlib.redirect_stdout`, `grab = getattr(contextlib, "redirect_stdout")`: red team 32)."""
+    names = set(CATCHERS)
+    changed = True
+    while changed:
+        changed = False
+        for _, statement in statements:
+            for node in ast.walk(statement):
+                bound: set[str] = set()
+                if isinstance(node, ast.ImportFrom):
+                    bound = {a.asname for a in node.names if a.asname and a.name in names}
+                elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None and any(
+                        isinstance(n, ast.Name) and n.id in names or isinstance(n, ast.Attribute) and n.attr in names
+                        or _constant(n) in names for n in ast.walk(node.value)):
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    bound = {name for t in targets for name in _bound(t)}
+                if not bound <= names:
+                    names |= bound
+                    changed = True
+    return names
+
+
+def _cell_magic_aliases(statements: list[tuple[int, ast.stmt]]) -> dict[str, str]:
+    """`%alias_magic [-c] new old`: the cell magics the notebook names anew, with what each runs."""
+    found: dict[str, str] = {}
+    for _, statement in statements:
+        for node in ast.walk(statement):
+            if _is_method_call(node, "run_line_magic") and len(node.args) >= 2 and _constant(node.args[0]) == "alias_magic":  # type: ignore[attr-defined]
+                text = _constant(node.args[1]) or ""  # type: ignore[attr-defined]
+                words = [w.lstrip("%") for w in text.split() if not w.startswith("-")]
+                if len(words) >= 2 and "-l" not in text.split() and "--line" not in text.split():
+                    found[words[0]] = words[1]
+    return found
 
 
 def _stream_target(target: ast.expr) -> bool:
@@ -607,18 +696,20 @@ def _tainting(expression: ast.AST | None, source: Source, tainted: set[str]) -> 
 
 
 def _reads_displayed(node: ast.AST, source: Source) -> bool:
-    """A read of a displayed value by another way than `_` or `Out` (red team 14): `_3` (IPython
-    keeps the value of cell 3's display as `_3`, whatever number Jupyter gives it), the
-    namespace (`get_ipython().user_ns`, `globals()`, `vars()`, `sys.modules`, `__main__`), the
-    output history (`displayhook`, `output_hist`), or code run from a string (`eval("_1")`)."""
-    if "_" not in source.names:
+    """A read of a name the skipped line binds (`_`, `_exit_code`, `--out x`) by another way than
+    the name itself (red teams 14 and 32): `_3` (IPython keeps the value of cell 3's display as
+    `_3`, whatever number Jupyter gives it), the namespace (`get_ipython().user_ns`, `ns_table`,
+    `user_module`, `globals()`, `vars()`, `dir()`, `sys.modules`, `__main__`, a frame's
+    `f_globals`, a function's `__globals__`), the output history (`displayhook`, `output_hist`,
+    `history_manager`) or code run from a string (`eval("_1")`)."""
+    if not source.names:
         return False
     if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-        return DISPLAY_NUMBER.fullmatch(node.id) is not None or node.id == "__main__"
+        return ("_" in source.names and DISPLAY_NUMBER.fullmatch(node.id) is not None) or node.id == "__main__"
     if isinstance(node, ast.Attribute):
         return node.attr in NAMESPACE_ATTRIBUTES or _namespace(node)
     if isinstance(node, ast.Call):
-        return isinstance(node.func, ast.Name) and node.func.id in NAMESPACES | EVERYTHING
+        return isinstance(node.func, ast.Name) and (node.func.id in NAMESPACES | EVERYTHING or node.func.id == "dir" and not node.args)
     return False
 
 
@@ -708,6 +799,14 @@ def notes(finding: Finding, todos: dict[str, tuple[str, ...]]) -> list[Text]:
                 f"Jupyter it loads the grader), and which modules are loaded or which names are bound is read after it ({reads_en})",
             ))
             continue
+        if source.raises:
+            out.append(Text(
+                f"第 {source.cell} 个代码单元第 {source.line} 行 `{source.text}` 在评分时不运行（Jupyter 中命令失败时它会抛出异常，这里从不抛出），"
+                f"而之后的代码取决于它是否抛出（{reads_zh}）",
+                f"code cell {source.cell}, line {source.line}: `{source.text}` does not run while grading (in Jupyter it raises when the "
+                f"command fails, here it never does), and what follows depends on whether it raised ({reads_en})",
+            ))
+            continue
         if source.output:
             out.append(Text(
                 f"第 {source.cell} 个代码单元第 {source.line} 行 `{source.text}` 在评分时不运行（Jupyter 中它会打印输出，这里不打印），"
@@ -762,6 +861,8 @@ def apply(items: list[ItemResult], finding: Finding, todos: dict[str, tuple[str,
     what_zh, what_en = "的值", "the value of"
     if source.grader_line:
         what_zh, what_en = "所载入的模块", "the modules loaded by"
+    elif source.raises:
+        what_zh, what_en = "是否抛出异常", "whether an exception was raised by"
     elif source.output:
         what_zh, what_en = "所打印并被捕获的输出", "the captured printed output of"
     elif source.file_reads is not None:

@@ -235,6 +235,15 @@ def test_the_capture_notebook_costs_todo5() -> None:
     assert skipped_values.affected_todos(skipped_values.analyse(cells), REQUIRED_NAMES) == ["todo5"]
 
 
+def test_the_raise_on_error_notebook_costs_todo5() -> None:
+    cells = load_submission(CORPUS / "gaming" / "rt32_nb_raise_on_error.ipynb", 1 << 24).cells
+    finding = skipped_values.analyse(cells)
+    assert skipped_values.affected_todos(finding, REQUIRED_NAMES) == ["todo5"]
+    items = skipped_values.apply([ItemResult("todo5.a", "todo5", Text("a", "a"), 5, PASSED)], finding, REQUIRED_NAMES)
+    assert items[0].failure is not None and "whether an exception was raised by `!nvidia-smi`" in items[0].failure.message.en
+    assert any("it raises when the command fails" in n.en and "抛出" in n.zh for n in skipped_values.notes(finding, REQUIRED_NAMES))
+
+
 def test_a_caught_output_is_said() -> None:
     cells = [Cell(1, "%%capture cap\n!echo ran"), Cell(2, _branch("cap.stdout", STUBS, RIGHT))]
     finding = skipped_values.analyse(cells)
@@ -262,3 +271,41 @@ def test_a_caught_output_is_said() -> None:
 )
 def test_catchers_reached_by_other_names_cost_their_todo(cells: tuple[str, ...]) -> None:
     assert _todos(*cells) == ["todo5"]
+
+
+@pytest.mark.parametrize(
+    "cells",
+    [
+        # red team 32: a skipped line's effects reached by routes the first reading missed
+        ("!false", _branch("globals().get('_exit_code')", STUBS, RIGHT)),  # _exit_code through the namespace
+        ("!!echo ran", _branch("any(get_ipython().ns_table['user_global']['Out'].values())", STUBS, RIGHT)),
+        ("!make", "import sys", _branch("sys._getframe().f_globals['_exit_code']", STUBS, RIGHT)),
+        ("import sys", "!echo ran", _branch("'pexpect' in sys.modules", STUBS, RIGHT)),  # what running a command imports
+        ("%config InteractiveShell.system_raise_on_error = True", "try:\n    !nvidia-smi\n    no_gpu = False\nexcept Exception:\n    no_gpu = True",
+         _branch("no_gpu", RIGHT, STUBS)),  # raises in Jupyter when the command fails, never here
+        ("get_ipython().system_raise_on_error = True", f"!nvidia-smi\n{STUBS}"),  # the rest of the cell, only where it did not raise
+        ("try:\n    get_ipython().run_cell_magic('bash', '', 'false')\n    ok = True\nexcept Exception:\n    ok = False", _branch("ok", STUBS, RIGHT)),
+        ("import io\nfrom contextlib import redirect_stdout as grab\nbuf = io.StringIO()", "with grab(buf):\n    !echo ran", _branch("buf.getvalue()", STUBS, RIGHT)),
+        ("import io, contextlib, sys\ngrab = getattr(contextlib, 'redirect_stdout')\nbuf = io.StringIO()", "with grab(buf):\n    !echo ran",
+         _branch("buf.getvalue()", STUBS, RIGHT)),
+        ("import io, sys\nbuf = io.StringIO()\nsys.__setattr__('stdout', buf)", "!echo ran", "sys.__setattr__('stdout', sys.__stdout__)", _branch("buf.getvalue()", STUBS, RIGHT)),
+        ("%alias_magic cap capture", "%%cap c\n!echo ran", _branch("c.stdout", STUBS, RIGHT)),  # an alias of %%capture
+        ("%alias_magic -c t time", "%%t\nx = !echo ran", _branch("x", STUBS, RIGHT)),  # the body of an aliased cell magic
+    ],
+)
+def test_skipped_effects_reached_by_other_routes_cost_their_todo(cells: tuple[str, ...]) -> None:
+    assert _todos(*cells) == ["todo5"]
+
+
+@pytest.mark.parametrize(
+    "cells",
+    [
+        ("%alias_magic t time", "%%t\nx = 1", RIGHT),  # an aliased magic's body, no skipped line
+        ("%%bash\nls", RIGHT),  # a shell cell may raise in Jupyter: it is the whole cell, and nothing depends on it
+        ("%config InteractiveShell.system_raise_on_error = True", "!pip install tqdm", RIGHT),  # may raise: nothing else in its cell
+        ("!nvidia-smi", "import sys\nprint(sorted(sys.modules)[:3])", RIGHT),  # modules read, only shown
+        ("!nvidia-smi", "class KVCacheManager:\n    def __repr__(self):\n        return repr(self.__dict__)"),  # an object's own attributes
+    ],
+)
+def test_other_routes_not_reaching_a_definition_cost_nothing(cells: tuple[str, ...]) -> None:
+    assert _todos(*cells) == []
