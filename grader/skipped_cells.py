@@ -1,0 +1,215 @@
+"""The syntax of skipped lines, for grader/skipped_values.py: how the judge reads a notebook's
+cells (as IPython compiles them, with the bodies of cell magics that run code), what a skipped
+line looks like there (`!cmd`, `%sx`, `getoutput`, `%%bash --out x`), and the record of one
+(`Source`).  Nothing here runs student code."""
+
+from __future__ import annotations
+import __future__
+
+import ast
+import re
+from dataclasses import dataclass, field
+
+from grader.cells import parse_cell, python_view
+from grader.submission import Cell
+
+VALUE_MAGICS = frozenset({"sx", "system"})  # line magics whose value is a command's output
+SHELL_CELL_MAGICS = frozenset({"bash", "sh", "script", "perl", "ruby", "python", "python2", "python3", "pypy", "sx", "system", "!"})
+DISPLAYED = frozenset({"_", "__", "___", "Out", "_oh"})  # what a displayed value is kept as
+DISPLAY_NUMBER = re.compile(r"_\d+")  # and as `_N`, N the cell's execution count
+# Ways to the notebook's namespace or its output history (red teams 14 and 32): a name a skipped line binds
+# (`_`, `_exit_code`, `--out x`) is read through any of them.
+NAMESPACE_ATTRIBUTES = frozenset({"user_ns", "user_global_ns", "output_hist", "displayhook", "_oh", "__main__", "ns_table",
+                                  "user_module", "all_ns_refs", "user_ns_hidden", "f_globals", "f_locals", "__globals__",
+                                  "history_manager"})
+SHOWN_ONLY = frozenset({"print", "display", "pprint", "repr", "str", "len", "type", "format", "sorted", "list", "tuple", "bool", "int"})
+EVERYTHING = frozenset({"exec", "eval", "compile", "__import__", "runpy"})  # a call of one of these with such a value may bind any name
+NAMESPACES = frozenset({"globals", "locals", "vars"})  # globals()[k] = v, globals().update(...)
+SHELL_LINE_MAGICS = frozenset({"sx", "system", "sc", "pip", "conda", "mamba", "micromamba", "uv"})  # skipped commands
+ALIASES = frozenset({"cat", "cp", "ldir", "lf", "lk", "ll", "ls", "lx", "man", "mkdir", "mv", "rm", "rmdir"})  # IPython's, run as shell
+SHELL_METHODS = frozenset({"system", "system_raw", "system_piped", "getoutput"})  # get_ipython()'s, however it is reached
+# Calls that read the file system (by the called name's last part: os.path.exists, Path(p).exists, exists).
+FILE_READS = frozenset({
+    "open", "exists", "lexists", "isfile", "isdir", "islink", "ismount", "listdir", "scandir", "walk", "glob", "iglob", "rglob",
+    "stat", "lstat", "access", "getsize", "getmtime", "getatime", "getctime", "samefile", "realpath", "readlink", "read_text",
+    "read_bytes", "is_file", "is_dir", "is_symlink", "iterdir", "load", "loadtxt", "genfromtxt", "fromfile", "read_csv",
+    "read_json", "read_pickle", "read_parquet", "spec_from_file_location", "find_spec", "import_module", "run_path", "getline",
+    "getlines",
+})
+SAFE_CALLS = SHOWN_ONLY | {"exists", "lexists", "isfile", "isdir", "islink", "ismount", "is_file", "is_dir", "is_symlink", "access",
+                            "Path", "join"}  # calls that do not raise on a missing file
+IMPORT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "Exception", "BaseException"})
+EXITS = frozenset({"exit", "quit", "_exit", "abort"})  # sys.exit(), os._exit(): no later cell runs
+CONTRACT = ("estimate_kv_cache_bytes", "Request", "KVCacheManager", "paged_attention")
+
+
+@dataclass
+class Source:
+    """A skipped line whose value a notebook can read: where, its text, and where it is read."""
+
+    cell: int
+    line: int
+    text: str
+    node: ast.AST | None  # the expression whose value it is (None: a name the line binds, `--out x`, `_exit_code`)
+    names: set[str] = field(default_factory=set)  # names it binds itself
+    reads: list[tuple[int, int]] = field(default_factory=list)
+    depends: set[str] = field(default_factory=set)  # contract names that may depend on it ("*": any)
+    file_reads: set[int] | None = None  # a command's effect on the files: the reads of them (node ids) that may follow it
+    grader_line: bool = False  # a grader call taken out before grading (it loads the grader in Jupyter): file_reads are module reads
+    output: bool = False  # a command's printed output, which the notebook captures: names and file_reads are where it is caught
+    raises: bool = False  # commands that may raise in Jupyter (file_reads: those lines), never here
+
+
+
+def _is_ipython_call(node: ast.AST, method: str) -> bool:
+    """`get_ipython().<method>(...)`."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == method
+        and isinstance(node.func.value, ast.Call)
+        and isinstance(node.func.value.func, ast.Name)
+        and node.func.value.func.id == "get_ipython"
+    )
+
+
+def _is_method_call(node: ast.AST, method: str) -> bool:
+    """`<anything>.<method>(...)`: the shell reached through a name bound to it (`ip = get_ipython()`)."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == method
+
+
+# Set by _analyse for the notebook at hand: line magics the notebook aliases to a value magic
+# (`%alias_magic -l probe sx`: red team 24), each as good as the magic itself.
+VALUE_ALIASES: set[str] = set()
+
+
+def _magic_aliases(statements: list[tuple[int, ast.stmt]]) -> set[str]:
+    """Names `%alias_magic` binds to a magic whose value is a command's output."""
+    names: set[str] = set()
+    for _, statement in statements:
+        for node in ast.walk(statement):
+            if _is_method_call(node, "run_line_magic") and len(node.args) >= 2 and _constant(node.args[0]) == "alias_magic":  # type: ignore[attr-defined]
+                words = [w for w in (_constant(node.args[1]) or "").split() if not w.startswith("-")]  # type: ignore[attr-defined]
+                if len(words) >= 2 and words[1].lstrip("%") in VALUE_MAGICS | {"sc"}:
+                    names.add(words[0].lstrip("%"))
+                elif len(words) >= 2 or _constant(node.args[1]) is None:
+                    names.add(words[0].lstrip("%") if words else "*")  # an alias of what cannot be told: any magic
+    return names
+
+
+def _constant(node: ast.AST) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def _value_source(node: ast.AST) -> bool:
+    """An expression whose value is a command's output in Jupyter and empty while grading: also
+    through a name bound to the shell, a magic named at run time, an alias of a value magic, or
+    a magic looked up (`find_line_magic('sx')`) to be called later."""
+    if _is_method_call(node, "getoutput"):
+        return True
+    if _is_method_call(node, "run_line_magic") and node.args:  # type: ignore[attr-defined]
+        name = _constant(node.args[0])  # type: ignore[attr-defined]
+        return name is None or name in VALUE_MAGICS or name in VALUE_ALIASES or "*" in VALUE_ALIASES
+    if _is_method_call(node, "find_line_magic") or _is_method_call(node, "find_magic"):
+        name = _constant(node.args[0]) if node.args else None  # type: ignore[attr-defined]
+        return name is None or name in VALUE_MAGICS or name in VALUE_ALIASES
+    return False
+
+
+def _out_names(node: ast.AST) -> set[str]:
+    """`%%bash --out x --err y --proc p`: the names a shell cell magic binds."""
+    if not (_is_ipython_call(node, "run_cell_magic") and len(node.args) >= 2):  # type: ignore[attr-defined]
+        return set()
+    if _constant(node.args[0]) not in SHELL_CELL_MAGICS:  # type: ignore[attr-defined]
+        return set()
+    words = (_constant(node.args[1]) or "").split()  # type: ignore[attr-defined]
+    return {words[i + 1] for i, word in enumerate(words[:-1]) if word in ("--out", "--err", "--proc") and words[i + 1].isidentifier()}
+
+
+def _runs_shell(node: ast.AST) -> bool:
+    return _is_ipython_call(node, "system") or (_is_ipython_call(node, "run_cell_magic") and bool(node.args)  # type: ignore[attr-defined]
+                                                 and _constant(node.args[0]) in SHELL_CELL_MAGICS)  # type: ignore[attr-defined]
+
+
+def _loads(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _bound(node: ast.AST) -> set[str]:
+    """Names a statement binds in the notebook's namespace (assignments, loops, with, defs, classes,
+    imports; not the locals of the functions and classes it defines)."""
+    names: set[str] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            names.add(n.id)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(n.name)
+            continue
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in n.names)
+        stack.extend(ast.iter_child_nodes(n))
+    return names
+
+
+def _base_name(target: ast.AST) -> str | None:
+    while isinstance(target, (ast.Attribute, ast.Subscript, ast.Starred)):
+        target = target.value
+    return target.id if isinstance(target, ast.Name) else None
+
+
+def _statements(cells: list[Cell]) -> list[tuple[int, ast.stmt]]:
+    """The notebook's top-level statements, in order, with the cell of each (cells that do not parse left out)."""
+    out = []
+    flags = 0  # `from __future__ import ...` of earlier cells, as IPython's compiler keeps them
+    for cell in cells:
+        try:
+            tree = compile(cell.python or "", "<cell>", "exec", ast.PyCF_ONLY_AST | flags, dont_inherit=True)
+        except SyntaxError:
+            try:
+                tree = parse_cell(cell.python or "")
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                continue
+        except (ValueError, RecursionError, MemoryError):
+            continue
+        for statement in tree.body:
+            if isinstance(statement, ast.ImportFrom) and statement.module == "__future__":
+                flags |= sum(getattr(getattr(__future__, a.name, None), "compiler_flag", 0) for a in statement.names)
+        out += [(cell.index, statement) for statement in tree.body]
+        written = cell.written_python
+        if written is not None:
+            # A module the cell writes (`%%writefile m.py`), which a later cell may import or %run:
+            # read as if it ran here, its names as the notebook's (an over-approximation; red team 24
+            # hid a skipped line's marker file read in one).
+            try:
+                out += [(cell.index, statement) for statement in parse_cell(written).body]
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                pass
+        out += [(cell.index, statement) for statement in _magic_bodies(tree)]
+    return out
+
+
+NOT_PYTHON_BODIES = SHELL_CELL_MAGICS | {"writefile", "file", "html", "HTML", "javascript", "js", "latex", "markdown", "svg"}
+
+
+def _magic_bodies(tree: ast.Module) -> list[ast.stmt]:
+    """The bodies of a cell's other cell magics, read as Python where they parse: an alias
+    (`%alias_magic cap capture`, then `%%cap c`: red team 32) or a magic the notebook registers
+    runs its body as code, which IPython's transformer leaves a string."""
+    out: list[ast.stmt] = []
+    for node in ast.walk(tree):
+        if _is_ipython_call(node, "run_cell_magic") and len(node.args) >= 3:  # type: ignore[attr-defined]
+            name, body = _constant(node.args[0]), _constant(node.args[2])  # type: ignore[attr-defined]
+            if name is not None and name not in NOT_PYTHON_BODIES and body is not None:
+                try:
+                    parsed = parse_cell(python_view(body))
+                except (SyntaxError, ValueError, RecursionError, MemoryError):
+                    continue
+                ast.increment_lineno(parsed, 1)  # the body starts on the cell's second line
+                out += parsed.body
+    return out
+
+
+def _called(call: ast.Call) -> str:
+    return call.func.id if isinstance(call.func, ast.Name) else call.func.attr if isinstance(call.func, ast.Attribute) else ""

@@ -1,0 +1,357 @@
+"""What a skipped line produces or changes, for grader/skipped_values.py: its value (`x = !cmd`,
+`_exit_code`), the files it may write, the output it prints where the notebook catches it, the
+exception it may raise in Jupyter, the modules a removed grader call loads: each a `Source`
+with where it may be read.  Nothing here runs student code."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from grader.cells import cell_magic
+from grader.skipped_cells import (
+    ALIASES,
+    DISPLAYED,
+    FILE_READS,
+    IMPORT_ERRORS,
+    SHELL_CELL_MAGICS,
+    SHELL_LINE_MAGICS,
+    SHELL_METHODS,
+    VALUE_ALIASES,
+    Source,
+    _bound,
+    _called,
+    _constant,
+    _is_ipython_call,
+    _is_method_call,
+    _loads,
+    _out_names,
+    _runs_shell,
+    _value_source,
+)
+from grader.submission import Cell
+
+
+def _sources(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) -> list[Source]:
+    lines = {cell.index: (cell.source or "").split("\n") for cell in cells}
+    found: list[Source] = []
+    shell: tuple[int, int] | None = None
+    for index, statement in statements:
+        for node in ast.walk(statement):
+            outs, line = _out_names(node) | _sc_names(node), getattr(node, "lineno", 1)
+            text = lines[index][line - 1].strip() if 0 < line <= len(lines[index]) else ast.unparse(node)
+            if _value_source(node):
+                # A displayed value (`!!cmd` alone on a cell's last line) is kept as `_` and in Out.
+                shown = DISPLAYED if isinstance(statement, ast.Expr) and statement.value is node else set()
+                found.append(Source(index, line, text[:200], node, set(shown)))
+            elif outs:
+                found.append(Source(index, line, text[:200], None, outs))
+            if shell is None and _runs_shell(node):
+                shell = (index, line)
+    if shell is not None:
+        found.append(Source(shell[0], shell[1], "_exit_code", None, {"_exit_code"}))
+    command = _first_command(cells, statements)
+    if command is not None:
+        found.append(_writer(statements, command))
+        catcher = _output_catcher(cells, statements, command)
+        if catcher is not None:
+            found.append(catcher)
+    raisers = _raisers(cells, statements)
+    if raisers is not None:
+        found.append(raisers)
+    loader = _first_grader_line(cells, statements)
+    if loader is not None:
+        found.append(loader)
+    return found
+
+
+MODULE_READS = frozenset({"find_spec", "import_module", "__import__", "iter_modules", "find_loader", "get_loader", "globals", "locals",
+                          "vars", "dir"})
+
+
+def _reads_modules(node: ast.AST) -> bool:
+    """A read of which modules are loaded or which names are bound (`sys.modules`, `find_spec`,
+    `globals()`): what a grader call taken out before grading changes in Jupyter (red team 24
+    branched on `'grader' in sys.modules`)."""
+    if isinstance(node, ast.Attribute) and node.attr == "modules":
+        return True
+    if isinstance(node, ast.Call):
+        function = node.func
+        return (function.id if isinstance(function, ast.Name) else function.attr if isinstance(function, ast.Attribute) else "") in MODULE_READS
+    return False
+
+
+def _first_grader_line(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) -> Source | None:
+    """The first grader call taken out of the notebook (checkcalls), with the reads of loaded
+    modules and bound names that may follow it; None where none was taken out."""
+    first = next((cell for cell in cells if cell.stripped is not None), None)
+    if first is None or first.stripped is None:
+        return None
+    ordinal = sum(1 for index, _ in statements if index < first.index)
+    reads = {id(node) for position, (_, statement) in enumerate(statements) for node, nested in _scoped(statement)
+             if _reads_modules(node) and (nested or position >= ordinal)}
+    return Source(first.index, first.stripped[0], first.stripped[1], None, file_reads=reads, grader_line=True)
+
+
+def _sc_names(node: ast.AST) -> set[str]:
+    """`%sc -l x=cmd`: the name it binds to the command's output."""
+    if not (_is_ipython_call(node, "run_line_magic") and len(node.args) >= 2 and _constant(node.args[0]) == "sc"):  # type: ignore[attr-defined]
+        return set()
+    words = [w for w in (_constant(node.args[1]) or "").split() if not w.startswith("-")]  # type: ignore[attr-defined]
+    name = words[0].split("=")[0] if words and "=" in words[0] else ""
+    return {name} if name.isidentifier() else set()
+
+
+def _writes(node: ast.AST, aliases: set[str]) -> bool:
+    """A skipped line that runs a command, which in Jupyter may write files (any command: its text is not parsed)."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in SHELL_METHODS:
+        return True  # get_ipython().system(...), also through a name bound to the shell
+    if _runs_shell(node):
+        return True
+    if not (_is_method_call(node, "run_line_magic") and node.args):  # type: ignore[attr-defined]
+        return False
+    name = _constant(node.args[0])  # type: ignore[attr-defined]
+    return name is None or name in SHELL_LINE_MAGICS | aliases | VALUE_ALIASES or "*" in VALUE_ALIASES
+
+
+def _aliases(statements: list[tuple[int, ast.stmt]]) -> set[str]:
+    """IPython's aliases and those the notebook defines (`%alias t touch %s`): each runs a command."""
+    names = set(ALIASES)
+    for _, statement in statements:
+        for node in ast.walk(statement):
+            if _is_ipython_call(node, "run_line_magic") and len(node.args) >= 2 and _constant(node.args[0]) == "alias":  # type: ignore[attr-defined]
+                words = (_constant(node.args[1]) or "").split()  # type: ignore[attr-defined]
+                names |= {words[0]} if words else set()
+    return names
+
+
+def _scoped(statement: ast.stmt) -> list[tuple[ast.AST, bool]]:
+    """Each node of a statement, with whether it is inside a function (which may run at any later time)."""
+    out: list[tuple[ast.AST, bool]] = []
+    stack: list[tuple[ast.AST, bool]] = [(statement, False)]
+    while stack:
+        node, inside = stack.pop()
+        out.append((node, inside))
+        inner = inside or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        stack.extend((child, inner) for child in ast.iter_child_nodes(node))
+    return out
+
+
+def _reads_files(node: ast.AST) -> bool:
+    if isinstance(node, ast.Call):
+        function = node.func
+        name = function.id if isinstance(function, ast.Name) else function.attr if isinstance(function, ast.Attribute) else ""
+        return name in FILE_READS
+    if isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))):  # `try: import marker` / `except ImportError:`
+        caught = {n.id if isinstance(n, ast.Name) else n.attr for h in node.handlers if h.type is not None
+                  for n in ast.walk(h.type) if isinstance(n, (ast.Name, ast.Attribute))}
+        bare = any(h.type is None for h in node.handlers)
+        return (bare or bool(caught & IMPORT_ERRORS)) and any(isinstance(n, (ast.Import, ast.ImportFrom)) for b in node.body for n in ast.walk(b))
+    return False
+
+
+@dataclass
+class Command:
+    """The first skipped line that runs a command (which in Jupyter may write files and prints its output)."""
+
+    ordinal: int  # of its statement among the notebook's
+    line: int
+    text: str
+    inside: bool  # inside a function (which may run at any later time)
+    cell: int
+
+    def follows(self, position: int, nested: bool) -> bool:
+        """Whether a node (of the statement at `position`, in a function or not) may run after the command."""
+        return self.inside or nested or position >= self.ordinal
+
+
+def _first_command(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) -> Command | None:
+    aliases = _aliases(statements)
+    lines = {cell.index: (cell.source or "").split("\n") for cell in cells}
+    parsed = {index for index, _ in statements}
+    at: Command | None = None
+    for ordinal, (index, statement) in enumerate(statements):
+        for node, inside in _scoped(statement):
+            if _writes(node, aliases):
+                line = getattr(node, "lineno", 1)
+                text = lines[index][line - 1].strip() if 0 < line <= len(lines[index]) else ast.unparse(node)
+                at = Command(ordinal, line, text, inside, index)
+                break
+        if at is not None:
+            break
+    for cell in cells:  # a cell IPython runs with automagic (`mkdir marker` alone): not Python, not seen above
+        words = (cell.source or "").split()
+        if cell.index not in parsed and words and words[0].lstrip("%") in aliases and (at is None or cell.index < at.cell):
+            ordinal = sum(1 for index, _ in statements if index < cell.index)
+            at = Command(ordinal, 1, (cell.source or "").strip().split("\n")[0], False, cell.index)
+    return at
+
+
+def _raisers(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) -> Source | None:
+    """The skipped lines that may raise in Jupyter and never do here: a shell cell magic run as a
+    call (`%%bash` raises on a failed command), and every command once the notebook sets
+    `system_raise_on_error` (red team 32: `try: !nvidia-smi` / `except: no_gpu = True`).  A `try`
+    around one, and the rest of a cell after one, depend on whether it raised."""
+    aliases = _aliases(statements)
+    lines = {cell.index: (cell.source or "").split("\n") for cell in cells}
+    raising = any("raise_on_error" in (cell.source or "") for cell in cells)
+    found = [(index, node) for index, statement in statements for node in ast.walk(statement)
+             if _is_method_call(node, "run_cell_magic") and node.args and _constant(node.args[0]) in SHELL_CELL_MAGICS  # type: ignore[attr-defined]
+             or raising and _writes(node, aliases)]
+    if not found:
+        return None
+    index, first = found[0]
+    line = getattr(first, "lineno", 1)
+    text = lines[index][line - 1].strip() if 0 < line <= len(lines[index]) else ast.unparse(first)
+    return Source(index, line, text[:200], None, file_reads={id(n) for _, n in found}, raises=True)
+
+
+def _writer(statements: list[tuple[int, ast.stmt]], command: Command) -> Source:
+    """The first command, with the reads of the file system that may come after it, and of the
+    modules loaded (running a command imports what IPython runs it with: red team 32 read
+    `'pexpect' in sys.modules`)."""
+    reads = {id(node) for position, (_, statement) in enumerate(statements) for node, nested in _scoped(statement)
+             if (_reads_files(node) or _reads_modules(node)) and command.follows(position, nested)}
+    return Source(command.cell, command.line, command.text[:200], None, file_reads=reads)
+
+
+# What catches a cell's printed output (a command's too: IPython prints it through `print`, to
+# `sys.stdout`), and what reads what was caught.
+CATCHERS = frozenset({"redirect_stdout", "redirect_stderr", "capture_output", "capture"})
+STREAMS = frozenset({"stdout", "stderr", "print"})  # `sys.stdout = buf`, `builtins.print = keep`
+CAUGHT_READS = frozenset({"getvalue", "getbuffer", "read", "readline", "readlines", "tell", "truncate"})  # `buf.getvalue()`
+STREAM_USES = frozenset({"write", "writelines", "flush", "fileno", "isatty"})  # `sys.stdout.write(...)` reads nothing caught
+WRITERS = frozenset({"write", "writelines"})  # a class with one of these may be handed the output
+
+
+def _output_catcher(cells: list[Cell], statements: list[tuple[int, ast.stmt]], command: Command) -> Source | None:
+    """The command's printed output, where the notebook may catch it (red team 30): `%%capture c`, `with
+    redirect_stdout(buf)`, `capture_output()`, `sys.stdout = buf`, `builtins.print = f`, also through
+    `setattr`, `vars(sys)[...]` or `__dict__`.  In Jupyter the catcher holds the output; here it holds
+    nothing.  What it is handed (names; a class with a `write` method; the globals such a function
+    or class sets) holds the command's value, as do reads of caught text after the command
+    (`getvalue()`, `read()`, `tell()`, `sys.stdout` itself but to write or flush it).  None where the
+    notebook catches no output."""
+    modules = {name for _, s in statements if isinstance(s, (ast.Import, ast.ImportFrom)) for name in _bound(s)}
+    catchers = _catcher_names(statements)
+    captures = {"capture"} | {alias for alias, magic in _cell_magic_aliases(statements).items() if magic == "capture"}
+    names: set[str] = set()
+    catches = False
+    for cell in cells:
+        magic = cell_magic(cell.source or "")
+        if magic is not None and magic[0] in captures:
+            catches = True
+            names |= set([w for w in magic[1].split() if not w.startswith("-") and w.isidentifier()][:1])  # `%%capture --no-stderr c`
+    for _, statement in statements:
+        for node in ast.walk(statement):
+            handed: list[ast.expr] = []
+            if isinstance(node, ast.Call) and _called(node) in catchers:
+                catches = True  # `capture_output()` is handed nothing: what it returns holds the output
+                handed = [*node.args, *(k.value for k in node.keywords)]
+            elif isinstance(node, (ast.With, ast.AsyncWith)):
+                for item in node.items:
+                    if isinstance(item.context_expr, ast.Call) and _called(item.context_expr) in catchers and item.optional_vars:
+                        names |= _bound(item.optional_vars)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                handed = [value for target, value in _pairs(targets, node.value) if _stream_target(target)]
+            elif isinstance(node, ast.Call) and _called(node) in ("setattr", "__setattr__") and len(node.args) >= 2 and (
+                    _constant(node.args[-2]) is None or _constant(node.args[-2]) in STREAMS):
+                handed = [node.args[-1]]  # setattr(sys, "stdout", buf), sys.__setattr__("stdout", buf), or a name made at run time
+            elif isinstance(node, ast.Call) and _called(node) == "update" and isinstance(node.func, ast.Attribute) and _namespace_of(node.func.value):
+                handed = [*node.args, *(k.value for k in node.keywords)]  # vars(sys).update(stdout=buf)
+            elif isinstance(node, ast.ClassDef) and any(isinstance(b, (ast.FunctionDef, ast.AsyncFunctionDef)) and b.name in WRITERS for b in node.body):
+                names.add(node.name)  # a writer: whatever it sets when handed output (red team 30's class with `write`)
+            if handed:
+                catches = True
+                names |= {n for value in handed for n in _loads(value)}
+    if not catches:
+        return None
+    names -= modules
+    definitions = {s.name: s for _, s in statements if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    names |= {g for name in names & set(definitions) for n in ast.walk(definitions[name]) if isinstance(n, ast.Global) for g in n.names}
+    harmless = _stream_uses(statements)
+    reads = {id(node) for position, (_, statement) in enumerate(statements) for node, nested in _scoped(statement)
+             if _reads_caught(node, harmless) and command.follows(position, nested)}
+    return Source(command.cell, command.line, command.text[:200], None, names, file_reads=reads, output=True)
+
+
+def _catcher_names(statements: list[tuple[int, ast.stmt]]) -> set[str]:
+    """CATCHERS and the names bound to one (`from contextlib import redirect_stdout as grab`, `grab =
+    contextlib.redirect_stdout`, `grab = getattr(contextlib, "redirect_stdout")`: red team 32)."""
+    names = set(CATCHERS)
+    changed = True
+    while changed:
+        changed = False
+        for _, statement in statements:
+            for node in ast.walk(statement):
+                bound: set[str] = set()
+                if isinstance(node, ast.ImportFrom):
+                    bound = {a.asname for a in node.names if a.asname and a.name in names}
+                elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None and any(
+                        isinstance(n, ast.Name) and n.id in names or isinstance(n, ast.Attribute) and n.attr in names
+                        or _constant(n) in names for n in ast.walk(node.value)):
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    bound = {name for t in targets for name in _bound(t)}
+                if not bound <= names:
+                    names |= bound
+                    changed = True
+    return names
+
+
+def _cell_magic_aliases(statements: list[tuple[int, ast.stmt]]) -> dict[str, str]:
+    """`%alias_magic [-c] new old`: the cell magics the notebook names anew, with what each runs."""
+    found: dict[str, str] = {}
+    for _, statement in statements:
+        for node in ast.walk(statement):
+            if _is_method_call(node, "run_line_magic") and len(node.args) >= 2 and _constant(node.args[0]) == "alias_magic":  # type: ignore[attr-defined]
+                text = _constant(node.args[1]) or ""  # type: ignore[attr-defined]
+                words = [w.lstrip("%") for w in text.split() if not w.startswith("-")]
+                if len(words) >= 2 and "-l" not in text.split() and "--line" not in text.split():
+                    found[words[0]] = words[1]
+    return found
+
+
+def _stream_target(target: ast.expr) -> bool:
+    """`sys.stdout = ...`, `vars(sys)["stdout"] = ...`, `sys.__dict__[name] = ...` (a key made at run time)."""
+    if isinstance(target, ast.Attribute):
+        return target.attr in STREAMS
+    if isinstance(target, ast.Subscript):
+        key = _constant(target.slice)
+        return key in STREAMS or key is None and _namespace_of(target.value)
+    return False
+
+
+def _namespace_of(node: ast.expr) -> bool:
+    """`vars(x)`, `x.__dict__`: an object's attributes as a dict."""
+    return (isinstance(node, ast.Call) and _called(node) == "vars") or (isinstance(node, ast.Attribute) and node.attr == "__dict__")
+
+
+def _stream_uses(statements: list[tuple[int, ast.stmt]]) -> set[int]:
+    """The stream reads that only write to it (`sys.stdout.write(s)`, `print(x, file=sys.stderr)`)."""
+    out: set[int] = set()
+    for _, statement in statements:
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Attribute) and node.attr in STREAM_USES and isinstance(node.value, ast.Attribute):
+                out.add(id(node.value))
+            elif isinstance(node, ast.keyword) and node.arg == "file" and isinstance(node.value, ast.Attribute):
+                out.add(id(node.value))
+    return out
+
+
+def _reads_caught(node: ast.AST, harmless: set[int]) -> bool:
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in CAUGHT_READS:
+        return True
+    return isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and node.attr in STREAMS - {"print"} and id(node) not in harmless
+
+
+def _pairs(targets: list[ast.expr], value: ast.expr) -> list[tuple[ast.expr, ast.expr]]:
+    """Each assigned target with the value it gets (`a, sys.stdout = x, buf` pairs sys.stdout with buf)."""
+    out: list[tuple[ast.expr, ast.expr]] = []
+    for target in targets:
+        if isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)) and len(target.elts) == len(value.elts):
+            for t, v in zip(target.elts, value.elts, strict=True):
+                out += _pairs([t], v)
+        else:
+            out.append((target, value))
+    return out
