@@ -58,6 +58,7 @@ class Source:
     grader_line: bool = False  # a grader call taken out before grading (it loads the grader in Jupyter): file_reads are module reads
     output: bool = False  # a command's printed output, which the notebook captures: names and file_reads are where it is caught
     raises: bool = False  # commands that may raise in Jupyter (file_reads: those lines), never here
+    kernel: bool = False  # the shell's state a skipped line changes (file_reads: the reads of it)
 
 
 

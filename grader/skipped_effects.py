@@ -6,6 +6,7 @@ with where it may be read.  Nothing here runs student code."""
 from __future__ import annotations
 
 import ast
+import builtins
 from dataclasses import dataclass
 
 from grader.cells import cell_magic
@@ -59,6 +60,9 @@ def _sources(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) -> list[
     raisers = _raisers(cells, statements)
     if raisers is not None:
         found.append(raisers)
+    kernel = _kernel_state(cells, statements, command)
+    if kernel is not None:
+        found.append(kernel)
     loader = _first_grader_line(cells, statements)
     if loader is not None:
         found.append(loader)
@@ -187,6 +191,39 @@ def _first_command(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) ->
     return at
 
 
+SKIPPED_MAGICS = frozenset({"pdb", "debug", "pastebin", "qtconsole"})  # skipped line magics that are not commands
+RUNS_A_LINE = frozenset({"run_line_magic", "run_cell_magic", "system", "system_piped", "system_raw", "getoutput", "magic"})
+
+
+def _kernel_state(cells: list[Cell], statements: list[tuple[int, ast.stmt]], command: Command | None) -> Source | None:
+    """The kernel's own state, which a skipped line changes in Jupyter only (red team 33: `%pdb on`
+    sets `get_ipython().call_pdb`; `%%script --bg` lists its process in the magics' registry):
+    whatever is read of the shell after the first skipped line (`get_ipython().X`, a name bound
+    to the shell), but the magics and commands it runs."""
+    first = command
+    lines = {cell.index: (cell.source or "").split("\n") for cell in cells}
+    for ordinal, (index, statement) in enumerate(statements):
+        if first is not None and ordinal >= first.ordinal:
+            break
+        for node, inside in _scoped(statement):
+            magic = _constant(node.args[0]) if _is_method_call(node, "run_line_magic") and node.args else ""  # type: ignore[attr-defined]
+            if magic in SKIPPED_MAGICS or magic is None or isinstance(node, ast.Call) and _called(node) in ("breakpoint", "set_trace"):
+                line = getattr(node, "lineno", 1)
+                text = lines[index][line - 1].strip() if 0 < line <= len(lines[index]) else ast.unparse(node)
+                first = Command(ordinal, line, text, inside, index)
+                break
+    if first is None:
+        return None
+    shells = {name for _, s in statements for node in ast.walk(s) if isinstance(node, (ast.Assign, ast.NamedExpr))
+              and isinstance(node.value, ast.Call) and _called(node.value) == "get_ipython"
+              for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) for name in _bound(t)}
+    reads = {id(node) for position, (_, statement) in enumerate(statements) for node, nested in _scoped(statement)
+             if isinstance(node, ast.Attribute) and node.attr not in RUNS_A_LINE and first.follows(position, nested)
+             and (isinstance(node.value, ast.Call) and _called(node.value) == "get_ipython"
+                  or isinstance(node.value, ast.Name) and node.value.id in shells)}
+    return Source(first.cell, first.line, first.text[:200], None, file_reads=reads, kernel=True)
+
+
 def _raisers(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) -> Source | None:
     """The skipped lines that may raise in Jupyter and never do here: a shell cell magic run as a
     call (`%%bash` raises on a failed command), and every command once the notebook sets
@@ -234,6 +271,7 @@ def _output_catcher(cells: list[Cell], statements: list[tuple[int, ast.stmt]], c
     notebook catches no output."""
     modules = {name for _, s in statements if isinstance(s, (ast.Import, ast.ImportFrom)) for name in _bound(s)}
     catchers = _catcher_names(statements)
+    harmless = _stream_uses(statements)
     captures = {"capture"} | {alias for alias, magic in _cell_magic_aliases(statements).items() if magic == "capture"}
     names: set[str] = set()
     catches = False
@@ -262,18 +300,34 @@ def _output_catcher(cells: list[Cell], statements: list[tuple[int, ast.stmt]], c
                 handed = [*node.args, *(k.value for k in node.keywords)]  # vars(sys).update(stdout=buf)
             elif isinstance(node, ast.ClassDef) and any(isinstance(b, (ast.FunctionDef, ast.AsyncFunctionDef)) and b.name in WRITERS for b in node.body):
                 names.add(node.name)  # a writer: whatever it sets when handed output (red team 30's class with `write`)
+            if isinstance(node, (ast.For, ast.AsyncFor)) and _mentions_stream(node.target, harmless):
+                handed.append(node.iter)  # `for sys.stdout in [buf]:` (red team 33)
+            elif isinstance(node, ast.stmt) and not isinstance(node, COMPOUND) and _mentions_stream(node, harmless):
+                handed.append(node)  # any other statement that does more with a stream than write to it
             if handed:
                 catches = True
                 names |= {n for value in handed for n in _loads(value)}
     if not catches:
         return None
-    names -= modules
+    names -= modules | BUILTIN_NAMES
     definitions = {s.name: s for _, s in statements if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     names |= {g for name in names & set(definitions) for n in ast.walk(definitions[name]) if isinstance(n, ast.Global) for g in n.names}
-    harmless = _stream_uses(statements)
     reads = {id(node) for position, (_, statement) in enumerate(statements) for node, nested in _scoped(statement)
              if _reads_caught(node, harmless) and command.follows(position, nested)}
     return Source(command.cell, command.line, command.text[:200], None, names, file_reads=reads, output=True)
+
+
+COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, getattr(ast, "TryStar", ast.Try),
+            ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, getattr(ast, "Match", ast.If))
+BUILTIN_NAMES = frozenset(dir(builtins))
+
+
+def _mentions_stream(node: ast.AST, harmless: set[int]) -> bool:
+    """A stream named (`sys.stdout`, `"stderr"`, `builtins.print`) other than to write to it: a
+    statement that may swap it or attach something to it (`sys.stdout.echo = buf`,
+    `functools.partial(setattr, sys, "stdout")(buf)`: red team 33)."""
+    return any(isinstance(n, ast.Attribute) and n.attr in STREAMS and id(n) not in harmless and not (n.attr == "print" and isinstance(n.ctx, ast.Load))
+               or _constant(n) in STREAMS for n in ast.walk(node))
 
 
 def _catcher_names(statements: list[tuple[int, ast.stmt]]) -> set[str]:

@@ -290,6 +290,14 @@ def notes(finding: Finding, todos: dict[str, tuple[str, ...]]) -> list[Text]:
                 f"Jupyter it loads the grader), and which modules are loaded or which names are bound is read after it ({reads_en})",
             ))
             continue
+        if source.kernel:
+            out.append(Text(
+                f"第 {source.cell} 个代码单元第 {source.line} 行 `{source.text}` 在评分时不运行（Jupyter 中它会改变内核的状态，这里不改变），"
+                f"而之后读取了内核的状态（{reads_zh}）",
+                f"code cell {source.cell}, line {source.line}: `{source.text}` does not run while grading (in Jupyter it changes the kernel's "
+                f"state, here it does not), and the kernel's state is read after it ({reads_en})",
+            ))
+            continue
         if source.raises:
             out.append(Text(
                 f"第 {source.cell} 个代码单元第 {source.line} 行 `{source.text}` 在评分时不运行（Jupyter 中命令失败时它会抛出异常，这里从不抛出），"
@@ -352,6 +360,8 @@ def apply(items: list[ItemResult], finding: Finding, todos: dict[str, tuple[str,
     what_zh, what_en = "的值", "the value of"
     if source.grader_line:
         what_zh, what_en = "所载入的模块", "the modules loaded by"
+    elif source.kernel:
+        what_zh, what_en = "对内核状态的改变", "the kernel state changed by"
     elif source.raises:
         what_zh, what_en = "是否抛出异常", "whether an exception was raised by"
     elif source.output:

@@ -309,3 +309,38 @@ def test_skipped_effects_reached_by_other_routes_cost_their_todo(cells: tuple[st
 )
 def test_other_routes_not_reaching_a_definition_cost_nothing(cells: tuple[str, ...]) -> None:
     assert _todos(*cells) == []
+
+
+@pytest.mark.parametrize(
+    "cells",
+    [
+        # red team 33: the kernel's own state, and streams swapped by other statements
+        ("%pdb on", _branch("get_ipython().call_pdb", STUBS, RIGHT)),  # a skipped debugger magic's setting
+        ("%%script bash --bg\nsleep 30", "ip = get_ipython()", _branch("ip.magics_manager.registry['ScriptMagics'].bg_processes", STUBS, RIGHT)),
+        ("import io, sys\nbuf = io.StringIO()\nold = sys.stdout\nfor sys.stdout in [buf]:\n    pass", "!echo ran", "for sys.stdout in [old]:\n    pass",
+         _branch("buf.getvalue()", STUBS, RIGHT)),
+        ("import io, sys, functools\nbuf = io.StringIO()\nfunctools.partial(setattr, sys, 'stdout')(buf)", "!echo ran", _branch("buf.getvalue()", STUBS, RIGHT)),
+        ("import io, sys\nbuf = io.StringIO()\nsys.stdout.echo = buf", "!echo ran", "sys.stdout.echo = None", _branch("buf.getvalue()", STUBS, RIGHT)),
+    ],
+)
+def test_the_kernel_state_and_other_stream_swaps_cost_their_todo(cells: tuple[str, ...]) -> None:
+    assert _todos(*cells) == ["todo5"]
+
+
+@pytest.mark.parametrize(
+    "cells",
+    [
+        ("%pdb on", "get_ipython().run_line_magic('matplotlib', 'inline')", RIGHT),  # a magic run, no state read into a definition
+        ("!nvidia-smi", "import sys\nold = sys.stdout\nprint('ready', file=sys.stderr)", RIGHT),  # streams only written or kept
+        ("import sys, setuptools", "!pip install tqdm", "def paged_attention(q, k, v, b, s):\n    sys.stdout.write('.')\n    print(q.shape, file=sys.stderr)\n    return q"),
+    ],
+)
+def test_kernel_and_stream_uses_not_reaching_a_definition_cost_nothing(cells: tuple[str, ...]) -> None:
+    assert _todos(*cells) == []
+
+
+def test_a_kernel_state_read_is_said() -> None:
+    finding = skipped_values.analyse([Cell(1, "%pdb on"), Cell(2, _branch("get_ipython().call_pdb", STUBS, RIGHT))])
+    items = skipped_values.apply([ItemResult("todo5.a", "todo5", Text("a", "a"), 5, PASSED)], finding, REQUIRED_NAMES)
+    assert items[0].failure is not None and "the kernel state changed by `%pdb on`" in items[0].failure.message.en
+    assert "changes the kernel's state" in skipped_values.notes(finding, REQUIRED_NAMES)[0].en
