@@ -215,13 +215,22 @@ def _kernel_state(cells: list[Cell], statements: list[tuple[int, ast.stmt]], com
     if first is None:
         return None
     shells = {name for _, s in statements for node in ast.walk(s) if isinstance(node, (ast.Assign, ast.NamedExpr))
-              and isinstance(node.value, ast.Call) and _called(node.value) == "get_ipython"
-              for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) for name in _bound(t)}
+              and _is_shell(node.value) for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) for name in _bound(t)}
     reads = {id(node) for position, (_, statement) in enumerate(statements) for node, nested in _scoped(statement)
              if isinstance(node, ast.Attribute) and node.attr not in RUNS_A_LINE and first.follows(position, nested)
-             and (isinstance(node.value, ast.Call) and _called(node.value) == "get_ipython"
-                  or isinstance(node.value, ast.Name) and node.value.id in shells)}
+             and (_is_shell(node.value) or isinstance(node.value, ast.Name) and node.value.id in shells)}
     return Source(first.cell, first.line, first.text[:200], None, file_reads=reads, kernel=True)
+
+
+def _is_shell(node: ast.AST) -> bool:
+    """`get_ipython()` (also `IPython.get_ipython()`), `InteractiveShell.instance()`: the notebook's shell."""
+    if not isinstance(node, ast.Call):
+        return False
+    if _called(node) == "get_ipython":
+        return True
+    owner = node.func.value if isinstance(node.func, ast.Attribute) else None
+    name = owner.id if isinstance(owner, ast.Name) else owner.attr if isinstance(owner, ast.Attribute) else ""
+    return _called(node) == "instance" and name.endswith("Shell")
 
 
 def _raisers(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) -> Source | None:
@@ -255,7 +264,7 @@ def _writer(statements: list[tuple[int, ast.stmt]], command: Command) -> Source:
 # What catches a cell's printed output (a command's too: IPython prints it through `print`, to
 # `sys.stdout`), and what reads what was caught.
 CATCHERS = frozenset({"redirect_stdout", "redirect_stderr", "capture_output", "capture"})
-STREAMS = frozenset({"stdout", "stderr", "print"})  # `sys.stdout = buf`, `builtins.print = keep`
+STREAMS = frozenset({"stdout", "stderr", "print", "displayhook"})  # `sys.stdout = buf`, `builtins.print = keep`, `sys.displayhook = f`
 CAUGHT_READS = frozenset({"getvalue", "getbuffer", "read", "readline", "readlines", "tell", "truncate"})  # `buf.getvalue()`
 STREAM_USES = frozenset({"write", "writelines", "flush", "fileno", "isatty"})  # `sys.stdout.write(...)` reads nothing caught
 WRITERS = frozenset({"write", "writelines"})  # a class with one of these may be handed the output

@@ -344,3 +344,15 @@ def test_a_kernel_state_read_is_said() -> None:
     items = skipped_values.apply([ItemResult("todo5.a", "todo5", Text("a", "a"), 5, PASSED)], finding, REQUIRED_NAMES)
     assert items[0].failure is not None and "the kernel state changed by `%pdb on`" in items[0].failure.message.en
     assert "changes the kernel's state" in skipped_values.notes(finding, REQUIRED_NAMES)[0].en
+
+
+@pytest.mark.parametrize(
+    "cells",
+    [
+        ("%pdb on", "from IPython.core.interactiveshell import InteractiveShell", _branch("InteractiveShell.instance().call_pdb", STUBS, RIGHT)),
+        ("import IPython", "%pdb on", _branch("IPython.get_ipython().call_pdb", STUBS, RIGHT)),
+        ("import sys\nseen = []\nsys.displayhook = seen.append", "!!echo ran", _branch("seen and seen[0]", STUBS, RIGHT)),  # a displayed value caught
+    ],
+)
+def test_the_shell_and_display_by_other_names_cost_their_todo(cells: tuple[str, ...]) -> None:
+    assert _todos(*cells) == ["todo5"]
