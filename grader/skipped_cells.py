@@ -177,6 +177,7 @@ def _statements(cells: list[Cell]) -> list[tuple[int, ast.stmt]]:
         for statement in tree.body:
             if isinstance(statement, ast.ImportFrom) and statement.module == "__future__":
                 flags |= sum(getattr(getattr(__future__, a.name, None), "compiler_flag", 0) for a in statement.names)
+        tree = _plain_attributes(tree)
         out += [(cell.index, statement) for statement in tree.body]
         written = cell.written_python
         if written is not None:
@@ -189,6 +190,25 @@ def _statements(cells: list[Cell]) -> list[tuple[int, ast.stmt]]:
                 pass
         out += [(cell.index, statement) for statement in _magic_bodies(tree)]
     return out
+
+
+class _PlainAttributes(ast.NodeTransformer):
+    """`getattr(x, "name")` read as `x.name`, so that every rule that names an attribute sees it
+    however it is written (red team 34: `getattr(get_ipython(), 'getoutput')('echo ran')`)."""
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        if (isinstance(node.func, ast.Name) and node.func.id == "getattr" and len(node.args) == 2 and not node.keywords
+                and _constant(node.args[1]) is not None and str(_constant(node.args[1])).isidentifier()):
+            return ast.copy_location(ast.Attribute(value=node.args[0], attr=str(_constant(node.args[1])), ctx=ast.Load()), node)
+        return node
+
+
+def _plain_attributes(tree: ast.Module) -> ast.Module:
+    try:
+        return _PlainAttributes().visit(tree)
+    except RecursionError:  # nested past what a recursive walk can follow: read as written
+        return tree
 
 
 NOT_PYTHON_BODIES = SHELL_CELL_MAGICS | {"writefile", "file", "html", "HTML", "javascript", "js", "latex", "markdown", "svg"}

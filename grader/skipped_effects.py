@@ -20,6 +20,7 @@ from grader.skipped_cells import (
     SHELL_METHODS,
     VALUE_ALIASES,
     Source,
+    _base_name,
     _bound,
     _called,
     _constant,
@@ -198,28 +199,74 @@ RUNS_A_LINE = frozenset({"run_line_magic", "run_cell_magic", "system", "system_p
 def _kernel_state(cells: list[Cell], statements: list[tuple[int, ast.stmt]], command: Command | None) -> Source | None:
     """The kernel's own state, which a skipped line changes in Jupyter only (red team 33: `%pdb on`
     sets `get_ipython().call_pdb`; `%%script --bg` lists its process in the magics' registry):
-    whatever is read of the shell after the first skipped line (`get_ipython().X`, a name bound
-    to the shell), but the magics and commands it runs."""
-    first = command
+    every use of the shell after the first skipped line, but running a magic or a command as
+    IPython writes it (`get_ipython().run_line_magic(...)`), is a read of it, however the shell is
+    reached or named (red team 34: `getattr(get_ipython(), 'call_pdb')`, a loop over
+    `[get_ipython()]`, a default argument, `sys.displayhook.shell`).  A call of something taken
+    from the shell (`ip.magics_manager.magics['line']['sx'](...)`) may itself be a skipped
+    line, so it counts as one."""
+    uses = _shell_uses(statements)
     lines = {cell.index: (cell.source or "").split("\n") for cell in cells}
+    first = command
     for ordinal, (index, statement) in enumerate(statements):
         if first is not None and ordinal >= first.ordinal:
             break
         for node, inside in _scoped(statement):
             magic = _constant(node.args[0]) if _is_method_call(node, "run_line_magic") and node.args else ""  # type: ignore[attr-defined]
-            if magic in SKIPPED_MAGICS or magic is None or isinstance(node, ast.Call) and _called(node) in ("breakpoint", "set_trace"):
+            if magic in SKIPPED_MAGICS or magic is None or isinstance(node, ast.Call) and (
+                    _called(node) in ("breakpoint", "set_trace") or any(id(n) in uses for n in ast.walk(node.func))):
                 line = getattr(node, "lineno", 1)
                 text = lines[index][line - 1].strip() if 0 < line <= len(lines[index]) else ast.unparse(node)
                 first = Command(ordinal, line, text, inside, index)
                 break
     if first is None:
         return None
-    shells = {name for _, s in statements for node in ast.walk(s) if isinstance(node, (ast.Assign, ast.NamedExpr))
-              and _is_shell(node.value) for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) for name in _bound(t)}
     reads = {id(node) for position, (_, statement) in enumerate(statements) for node, nested in _scoped(statement)
-             if isinstance(node, ast.Attribute) and node.attr not in RUNS_A_LINE and first.follows(position, nested)
-             and (_is_shell(node.value) or isinstance(node.value, ast.Name) and node.value.id in shells)}
-    return Source(first.cell, first.line, first.text[:200], None, file_reads=reads, kernel=True)
+             if id(node) in uses and first.follows(position, nested)}
+    return Source(first.cell, first.line, first.text[:200], None, _shell_holders(statements, uses), file_reads=reads, kernel=True)
+
+
+def _shell_holders(statements: list[tuple[int, ast.stmt]], uses: set[int]) -> set[str]:
+    """The names that hold the shell, bound before or after the skipped line (its state is read
+    through them later): `ip = get_ipython()`, `for ip in [get_ipython()]`, `with ... as ip`, a
+    function with `ip=get_ipython()` as a default (red team 34)."""
+    def uses_shell(node: ast.AST | None) -> bool:
+        return node is not None and any(id(n) in uses for n in ast.walk(node))
+
+    names: set[str] = set()
+    for _, statement in statements:
+        for node in ast.walk(statement):
+            if isinstance(node, (ast.For, ast.AsyncFor)) and uses_shell(node.iter):
+                names |= _bound(node.target)
+            elif isinstance(node, (ast.With, ast.AsyncWith)):
+                names |= {n for item in node.items if uses_shell(item.context_expr) and item.optional_vars for n in _bound(item.optional_vars)}
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                if any(uses_shell(d) for d in [*node.args.defaults, *node.args.kw_defaults, *getattr(node, "decorator_list", [])]):
+                    names |= {node.name} if not isinstance(node, ast.Lambda) else set()
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)) and uses_shell(node.value):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names |= {n for t in targets for n in _bound(t)}
+    return names
+
+
+def _shell_uses(statements: list[tuple[int, ast.stmt]]) -> set[int]:
+    """The nodes that reach the shell other than to run a magic or a command the way IPython's
+    transformer writes them: `get_ipython()` used otherwise, `get_ipython` itself passed on, a
+    `.shell` attribute (the display hook's, a magic's)."""
+    running = {id(node.func.value) for _, statement in statements for node in ast.walk(statement)
+               if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in RUNS_A_LINE and _is_shell(node.func.value)}
+    callees = {id(node.func) for _, statement in statements for node in ast.walk(statement) if isinstance(node, ast.Call)}
+    uses: set[int] = set()
+    for _, statement in statements:
+        for node in ast.walk(statement):
+            if _is_shell(node) and id(node) not in running:
+                uses.add(id(node))
+            elif (isinstance(node, ast.Name) and node.id == "get_ipython" or isinstance(node, ast.Attribute) and node.attr == "get_ipython") and (
+                    isinstance(node.ctx, ast.Load) and id(node) not in callees):
+                uses.add(id(node))  # `f = get_ipython`
+            elif isinstance(node, ast.Attribute) and node.attr == "shell" and isinstance(node.ctx, ast.Load):
+                uses.add(id(node))
+    return uses
 
 
 def _is_shell(node: ast.AST) -> bool:
@@ -252,12 +299,18 @@ def _raisers(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) -> Sourc
     return Source(index, line, text[:200], None, file_reads={id(n) for _, n in found}, raises=True)
 
 
+def _reads_threads(node: ast.AST) -> bool:
+    """`threading.active_count()`, `threading.enumerate()`: a shell cell magic starts a thread of
+    IPython's in Jupyter (red team 34)."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and _base_name(node.func) == "threading"
+
+
 def _writer(statements: list[tuple[int, ast.stmt]], command: Command) -> Source:
     """The first command, with the reads of the file system that may come after it, and of the
     modules loaded (running a command imports what IPython runs it with: red team 32 read
     `'pexpect' in sys.modules`)."""
     reads = {id(node) for position, (_, statement) in enumerate(statements) for node, nested in _scoped(statement)
-             if (_reads_files(node) or _reads_modules(node)) and command.follows(position, nested)}
+             if (_reads_files(node) or _reads_modules(node) or _reads_threads(node)) and command.follows(position, nested)}
     return Source(command.cell, command.line, command.text[:200], None, file_reads=reads)
 
 

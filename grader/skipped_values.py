@@ -292,10 +292,10 @@ def notes(finding: Finding, todos: dict[str, tuple[str, ...]]) -> list[Text]:
             continue
         if source.kernel:
             out.append(Text(
-                f"第 {source.cell} 个代码单元第 {source.line} 行 `{source.text}` 在评分时不运行（Jupyter 中它会改变内核的状态，这里不改变），"
+                f"第 {source.cell} 个代码单元第 {source.line} 行 `{source.text}` 起，内核的状态与 Jupyter 中不同（评分时不运行的行在 Jupyter 中会改变它），"
                 f"而之后读取了内核的状态（{reads_zh}）",
-                f"code cell {source.cell}, line {source.line}: `{source.text}` does not run while grading (in Jupyter it changes the kernel's "
-                f"state, here it does not), and the kernel's state is read after it ({reads_en})",
+                f"from code cell {source.cell}, line {source.line} (`{source.text}`) on, the kernel's state differs from Jupyter's (lines that "
+                f"do not run while grading change it there), and it is read after that ({reads_en})",
             ))
             continue
         if source.raises:

@@ -343,7 +343,7 @@ def test_a_kernel_state_read_is_said() -> None:
     finding = skipped_values.analyse([Cell(1, "%pdb on"), Cell(2, _branch("get_ipython().call_pdb", STUBS, RIGHT))])
     items = skipped_values.apply([ItemResult("todo5.a", "todo5", Text("a", "a"), 5, PASSED)], finding, REQUIRED_NAMES)
     assert items[0].failure is not None and "the kernel state changed by `%pdb on`" in items[0].failure.message.en
-    assert "changes the kernel's state" in skipped_values.notes(finding, REQUIRED_NAMES)[0].en
+    assert "the kernel's state differs from Jupyter's" in skipped_values.notes(finding, REQUIRED_NAMES)[0].en
 
 
 @pytest.mark.parametrize(
@@ -356,3 +356,29 @@ def test_a_kernel_state_read_is_said() -> None:
 )
 def test_the_shell_and_display_by_other_names_cost_their_todo(cells: tuple[str, ...]) -> None:
     assert _todos(*cells) == ["todo5"]
+
+
+@pytest.mark.parametrize(
+    "cells",
+    [
+        # red team 34: attributes reached through getattr, the shell reached or named otherwise, IPython's threads
+        ("_out = getattr(get_ipython(), 'getoutput')('echo ran')", _branch("_out", STUBS, RIGHT)),
+        ("import os", "getattr(get_ipython(), 'system')('touch marker')", _branch("os.path.exists('marker')", STUBS, RIGHT)),
+        ("_out = get_ipython().magics_manager.magics['line']['sx']('echo ran')", _branch("_out", STUBS, RIGHT)),
+        ("%pdb on", _branch("getattr(get_ipython(), 'call_pdb')", STUBS, RIGHT)),
+        ("import sys", "%pdb on", _branch("sys.displayhook.shell.call_pdb", STUBS, RIGHT)),
+        ("for ip in [get_ipython()]:\n    pass", "%pdb on", _branch("ip.call_pdb", STUBS, RIGHT)),
+        ("def pdb_on(ip=get_ipython()):\n    return ip.call_pdb", "%pdb on", _branch("pdb_on()", STUBS, RIGHT)),
+        ("!false", _branch("getattr(get_ipython(), 'user_ns')['_exit_code']", STUBS, RIGHT)),
+        ("import threading\nbefore = threading.active_count()", "%%bash\necho ran", _branch("threading.active_count() > before", STUBS, RIGHT)),
+    ],
+)
+def test_red_team_34s_routes_cost_their_todo(cells: tuple[str, ...]) -> None:
+    assert _todos(*cells) == ["todo5"]
+
+
+def test_using_the_shell_for_magics_only_costs_nothing() -> None:
+    """The transformer's own forms (`%matplotlib inline`, `%load_ext`), a name bound to the shell
+    to run magics with, and the shell's state read only to show it, beside a skipped line."""
+    assert _todos("!pip install tqdm", "%matplotlib inline", "ip = get_ipython()\nip.run_line_magic('load_ext', 'autoreload')",
+                  "print(get_ipython().call_pdb)", RIGHT) == []
