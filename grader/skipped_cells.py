@@ -189,7 +189,8 @@ def _statements(cells: list[Cell]) -> list[tuple[int, ast.stmt]]:
             except (SyntaxError, ValueError, RecursionError, MemoryError):
                 pass
         out += [(cell.index, statement) for statement in _magic_bodies(tree)]
-    return out
+    trees = _canonical_names([ast.Module(body=[statement], type_ignores=[]) for _, statement in out])
+    return [(index, statement) for (index, _), tree in zip(out, trees, strict=True) for statement in tree.body]
 
 
 class _PlainAttributes(ast.NodeTransformer):
@@ -209,6 +210,61 @@ def _plain_attributes(tree: ast.Module) -> ast.Module:
         return _PlainAttributes().visit(tree)
     except RecursionError:  # nested past what a recursive walk can follow: read as written
         return tree
+
+
+class _ImportedNames(ast.NodeTransformer):
+    """A name an import binds, read as the module's own (red team 35): `import threading as th`
+    makes `th.active_count()` read `threading.active_count()`; `from sys import modules`,
+    `modules` read `sys.modules`; `from IPython... import InteractiveShell as S`, `S` read
+    `InteractiveShell`; `from __main__ import _exit_code as x` is `x = __main__._exit_code`."""
+
+    def __init__(self, modules: dict[str, str], members: dict[str, tuple[str, str]]):
+        self.modules, self.members = modules, members
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if not isinstance(node.ctx, ast.Load):
+            return node
+        if node.id in self.members:
+            module, name = self.members[node.id]
+            base = ast.copy_location(ast.Name(id=module.split(".")[-1], ctx=ast.Load()), node)
+            return ast.copy_location(ast.Attribute(value=base, attr=name, ctx=ast.Load()), node) if module in DIRECT_MODULES else (
+                ast.copy_location(ast.Name(id=name, ctx=ast.Load()), node))
+        if node.id in self.modules:
+            return ast.copy_location(ast.Name(id=self.modules[node.id], ctx=ast.Load()), node)
+        return node
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> ast.AST:
+        if node.module != "__main__":
+            return node
+        return [ast.copy_location(ast.Assign(targets=[ast.Name(id=a.asname or a.name, ctx=ast.Store())],
+                                             value=ast.Attribute(value=ast.Name(id="__main__", ctx=ast.Load()), attr=a.name, ctx=ast.Load())),
+                                  node) for a in node.names if a.name != "*"] or node  # type: ignore[return-value]
+
+
+# Modules whose members the rules name with the module (`sys.modules`, `os.path`); of others, the
+# member's own name is what they know (`InteractiveShell`, `redirect_stdout`).
+DIRECT_MODULES = frozenset({"sys", "os", "os.path", "threading", "builtins", "__main__", "shutil", "importlib", "io", "contextlib"})
+
+
+def _canonical_names(trees: list[ast.Module]) -> list[ast.Module]:
+    modules: dict[str, str] = {}
+    members: dict[str, tuple[str, str]] = {}
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                modules.update({a.asname: a.name.split(".")[0] for a in node.names if a.asname and a.asname != a.name.split(".")[0]})
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                members.update({a.asname or a.name: (node.module, a.name) for a in node.names
+                                if a.name != "*" and (node.module in DIRECT_MODULES or a.asname and a.asname != a.name)})
+    if not modules and not members:
+        return trees
+    out = []
+    for tree in trees:
+        try:
+            out.append(ast.fix_missing_locations(_ImportedNames(modules, members).visit(tree)))
+        except RecursionError:
+            out.append(tree)
+    return out
 
 
 NOT_PYTHON_BODIES = SHELL_CELL_MAGICS | {"writefile", "file", "html", "HTML", "javascript", "js", "latex", "markdown", "svg"}

@@ -82,8 +82,13 @@ def _reads_modules(node: ast.AST) -> bool:
         return True
     if isinstance(node, ast.Call):
         function = node.func
-        return (function.id if isinstance(function, ast.Name) else function.attr if isinstance(function, ast.Attribute) else "") in MODULE_READS
+        name = function.id if isinstance(function, ast.Name) else function.attr if isinstance(function, ast.Attribute) else ""
+        # `vars(self)`, `dir(obj)`: an object's own attributes, not the notebook's names (a correct class may show them)
+        return name in MODULE_READS and not (name in OWN_NAMESPACE and node.args)
     return False
+
+
+OWN_NAMESPACE = frozenset({"globals", "locals", "vars", "dir"})  # the caller's names when called with no argument
 
 
 def _first_grader_line(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) -> Source | None:
@@ -142,11 +147,34 @@ def _scoped(statement: ast.stmt) -> list[tuple[ast.AST, bool]]:
     return out
 
 
+# Modules whose calls touch the file system (any of them may fail, or answer, by what a command wrote:
+# `os.rmdir`, `shutil.which`, `importlib.metadata.version`: red team 35).
+FILE_SYSTEM_MODULES = frozenset({"os", "shutil", "pathlib", "glob", "importlib", "pkgutil", "site", "sysconfig", "tempfile", "fnmatch"})
+
+
+NOT_FILES = frozenset({"getenv", "getpid", "getppid", "cpu_count", "sched_getaffinity", "urandom", "getcwd", "fspath", "fsencode",
+                       "fsdecode", "join", "basename", "dirname", "splitext", "split", "normpath", "abspath", "expanduser", "sep",
+                       "get_terminal_size", "times", "getloadavg", "strerror", "umask"})  # os calls that read no file a command writes
+
+
+def _through(node: ast.AST, attribute: str) -> bool:
+    """Whether an attribute chain passes through `attribute` (`os.environ.get`)."""
+    while isinstance(node, ast.Attribute):
+        if node.attr == attribute:
+            return True
+        node = node.value
+    return False
+
+
 def _reads_files(node: ast.AST) -> bool:
     if isinstance(node, ast.Call):
         function = node.func
         name = function.id if isinstance(function, ast.Name) else function.attr if isinstance(function, ast.Attribute) else ""
-        return name in FILE_READS
+        return name in FILE_READS or (isinstance(function, ast.Attribute) and _base_name(function) in FILE_SYSTEM_MODULES
+                                      and name not in NOT_FILES and not _through(function, "environ"))
+    if isinstance(node, (ast.With, ast.AsyncWith)) and any(
+            isinstance(i.context_expr, ast.Call) and _called(i.context_expr) == "suppress" for i in node.items):  # suppress(ImportError): import m
+        return any(isinstance(n, (ast.Import, ast.ImportFrom)) for b in node.body for n in ast.walk(b))
     if isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))):  # `try: import marker` / `except ImportError:`
         caught = {n.id if isinstance(n, ast.Name) else n.attr for h in node.handlers if h.type is not None
                   for n in ast.walk(h.type) if isinstance(n, (ast.Name, ast.Attribute))}
@@ -270,7 +298,10 @@ def _shell_uses(statements: list[tuple[int, ast.stmt]]) -> set[int]:
 
 
 def _is_shell(node: ast.AST) -> bool:
-    """`get_ipython()` (also `IPython.get_ipython()`), `InteractiveShell.instance()`: the notebook's shell."""
+    """`get_ipython()` (also `IPython.get_ipython()`), `InteractiveShell.instance()`, the singleton's
+    `InteractiveShell._instance` (red team 35): the notebook's shell."""
+    if isinstance(node, ast.Attribute) and node.attr == "_instance" and isinstance(node.ctx, ast.Load):
+        return True
     if not isinstance(node, ast.Call):
         return False
     if _called(node) == "get_ipython":
@@ -302,7 +333,8 @@ def _raisers(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) -> Sourc
 def _reads_threads(node: ast.AST) -> bool:
     """`threading.active_count()`, `threading.enumerate()`: a shell cell magic starts a thread of
     IPython's in Jupyter (red team 34)."""
-    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and _base_name(node.func) == "threading"
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+        _base_name(node.func) == "threading" or node.func.attr in ("_current_frames", "active_count"))  # sys._current_frames() too
 
 
 def _writer(statements: list[tuple[int, ast.stmt]], command: Command) -> Source:

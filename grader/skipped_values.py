@@ -58,7 +58,7 @@ from grader.skipped_cells import (
     _magic_aliases,
     _statements,
 )
-from grader.skipped_effects import _reads_files, _sources, _stream_target
+from grader.skipped_effects import _is_shell, _reads_files, _sources, _stream_target
 from grader.submission import Cell
 
 
@@ -146,6 +146,13 @@ def _may_stop(statement: ast.stmt, source: Source, tainted: set[str]) -> bool:
         headers = [statement.iter]
     elif isinstance(statement, (ast.With, ast.AsyncWith)):
         headers = [item.context_expr for item in statement.items]
+    elif isinstance(statement, (ast.Assign, ast.AnnAssign)) and statement.value is not None:
+        # `ip = get_ipython()`, `ip.user_ns[k] = v`: taking the shell, or storing into a namespace, raises
+        # alike in Jupyter and here; computing with a value (`1 / (1 - ip.call_pdb)`, `x[0] = 1` on an
+        # empty `x`) may not
+        targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+        parts = [] if source.kernel and _is_shell(statement.value) else [statement.value]
+        return any(_tainting(part, source, tainted) for part in parts + [p for t in targets for p in _stored(t, source)])
     elif not isinstance(statement, (ast.Try, getattr(ast, "TryStar", ast.Try))):
         return _tainting(statement, source, tainted)
     body = [s for field in ("body", "orelse", "finalbody") for s in getattr(statement, field, [])]
@@ -156,6 +163,22 @@ def _may_stop(statement: ast.stmt, source: Source, tainted: set[str]) -> bool:
         return isinstance(statement, ast.Try) and _reads_files(statement) and _tainting(statement, source, tainted)
     stops = any(isinstance(n, (ast.Raise, ast.Assert)) or isinstance(n, ast.Call) and _called(n) in EXITS for s in body for n in ast.walk(s))
     return stops or not all(_safe(h) for h in headers)
+
+
+def _stored(target: ast.AST, source: Source) -> list[ast.AST]:
+    """What a store target computes (`x[i].y[j] = v`: x, i, j), less a namespace or the shell it stores into."""
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return [p for t in target.elts for p in _stored(t, source)]
+    if isinstance(target, ast.Starred):
+        return _stored(target.value, source)
+    if not isinstance(target, (ast.Subscript, ast.Attribute)):
+        return []
+    indices = [target.slice] if isinstance(target, ast.Subscript) else []
+    base = target.value
+    if (isinstance(base, ast.Attribute) and base.attr in NAMESPACE_ATTRIBUTES or isinstance(base, ast.Call) and _called(base) in NAMESPACES
+            or _is_shell(base) or source.kernel and isinstance(base, ast.Name) and base.id in source.names):
+        return indices + (_stored(base, source) if isinstance(base, (ast.Subscript, ast.Attribute)) else [])
+    return [*indices, base]
 
 
 def _safe(node: ast.AST) -> bool:
@@ -200,7 +223,8 @@ def _reads_displayed(node: ast.AST, source: Source) -> bool:
     if isinstance(node, ast.Attribute):
         return node.attr in NAMESPACE_ATTRIBUTES or _namespace(node)
     if isinstance(node, ast.Call):
-        return isinstance(node.func, ast.Name) and (node.func.id in NAMESPACES | EVERYTHING or node.func.id == "dir" and not node.args)
+        # `vars(self)` reads an object's attributes; `vars()`, `globals()`, `dir()` the notebook's names
+        return isinstance(node.func, ast.Name) and (node.func.id in EVERYTHING or node.func.id in NAMESPACES | {"dir"} and not node.args)
     return False
 
 
@@ -219,7 +243,8 @@ def _taints(statement: ast.stmt, source: Source, tainted: set[str], functions: d
         elif isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))) and (
                 any(_tainting(b, source, tainted) for b in node.body) or _tainting(node, source, tainted) and _reads_files(node)):
             found |= _bound(node)  # whether the body raised (`x[0]` of an empty list, a missing file) picks what is bound
-        elif isinstance(node, (ast.With, ast.AsyncWith)) and any(_tainting(item.context_expr, source, tainted) for item in node.items):
+        elif isinstance(node, (ast.With, ast.AsyncWith)) and (any(_tainting(item.context_expr, source, tainted) for item in node.items)
+                                                             or id(node) in (source.file_reads or set())):  # `with suppress(ImportError): import m`
             found |= _bound(node)
         elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) and _tainting(node.value, source, tainted):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]

@@ -382,3 +382,81 @@ def test_using_the_shell_for_magics_only_costs_nothing() -> None:
     to run magics with, and the shell's state read only to show it, beside a skipped line."""
     assert _todos("!pip install tqdm", "%matplotlib inline", "ip = get_ipython()\nip.run_line_magic('load_ext', 'autoreload')",
                   "print(get_ipython().call_pdb)", RIGHT) == []
+
+
+def test_an_objects_own_attributes_are_not_the_notebooks_names() -> None:
+    """`vars(self)`, `dir(self)` in a correct class, beside a skipped command or the template's
+    lab cell (taken out while grading): not a read of the namespace or the loaded modules."""
+    from grader.checkcalls import strip_check_calls
+
+    lab = "try:\n    import grader\n    grader.kv_lab()\nexcept ImportError:\n    pass"
+    manager = "class KVCacheManager:\n    def __repr__(self):\n        return repr(vars(self)) + repr(dir(self))"
+    for first in (lab, "!pip install tqdm", "!ls"):
+        cells = strip_check_calls([Cell(1, first), Cell(2, manager)])
+        assert skipped_values.affected_todos(skipped_values.analyse(cells), REQUIRED_NAMES) == [], first
+    assert _todos("!ls", "class KVCacheManager:\n    names = vars()") == ["todo2", "todo3", "todo4"]  # the namespace itself
+
+
+def test_taking_the_shell_or_storing_into_it_does_not_stop_a_cell() -> None:
+    """A correct notebook that keeps a flag in the shell's namespace before its definition, beside a
+    skipped line (the corpus's rt_nb_display_get_ipython, with an install first); computing with
+    the shell's state still may stop the cell (in Jupyter only, where `%pdb on` ran)."""
+    cell = "ip = get_ipython()\nip.user_ns['_attention_cell_ran'] = True\n" + RIGHT
+    assert _todos("!pip install tqdm", cell) == []
+    assert _todos("%pdb on", "x = 1 / (1 - int(get_ipython().call_pdb))\n" + RIGHT) == ["todo5"]
+
+
+def test_storing_into_an_empty_skipped_value_stops_the_cell_here_only() -> None:
+    """`lst[0] = 'x'` raises while graded (`lst` is empty) and not in Jupyter: the definitions after it
+    in the cell are Jupyter's alone."""
+    assert _todos("lst = !echo ran", f"lst[0] = 'x'\n{STUBS}") == ["todo5"]
+
+
+# Reads the loaded modules at top level, and defines code by what it finds there (red team 4's handle
+# hunt): after a command, which loads modules of IPython's in Jupyter, that may differ.
+READS_THE_LOADED_MODULES = {"rt4_hunts_the_handle_code.py"}
+
+
+def test_every_correct_submission_with_skipped_lines_around_it_costs_nothing() -> None:
+    """The over-approximation's other side: each correct file of the corpus (every style), behind an
+    install, a quiet `%%capture` install, a command and a debugger magic, and before the template's
+    lab cell (taken out while grading), depends on none of them."""
+    from grader.checkcalls import strip_check_calls
+
+    lab = "try:\n    import grader\n    grader.kv_lab()\nexcept ImportError:\n    pass"
+    costs = {}
+    paths = sorted(p for p in (CORPUS / "correct").iterdir() if p.suffix in (".py", ".ipynb") and p.name not in READS_THE_LOADED_MODULES)
+    for path in paths:
+        cells = load_submission(path, 1 << 24).cells
+        before = [Cell(1, "!pip install tqdm"), Cell(2, "%%capture\n%pip install numpy"), Cell(3, "!nvidia-smi"), Cell(4, "%pdb off")]
+        notebook = before + [Cell(c.index + 4, c.source) for c in cells] + [Cell(len(cells) + 5, lab)]
+        todos = skipped_values.affected_todos(skipped_values.analyse(strip_check_calls(notebook)), REQUIRED_NAMES)
+        if todos:
+            costs[path.name] = todos
+    assert len(paths) >= 100 and costs == {}
+
+
+@pytest.mark.parametrize(
+    "cells",
+    [
+        # red team 35: names bound by imports, the shell's singleton, threads by frames, file probes
+        ("from IPython.core.interactiveshell import InteractiveShell as S", "%pdb on", _branch("S.instance().call_pdb", STUBS, RIGHT)),
+        ("from IPython.core.interactiveshell import InteractiveShell", "%pdb on", _branch("InteractiveShell._instance.call_pdb", STUBS, RIGHT)),
+        ("!false", "from __main__ import _exit_code as ec", _branch("ec", STUBS, RIGHT)),
+        ("from sys import modules", "!true", _branch("'pexpect' in modules", STUBS, RIGHT)),
+        ("import threading as th\nbefore = th.active_count()", "%%bash\necho ran", _branch("th.active_count() > before", STUBS, RIGHT)),
+        ("import sys\nbefore = len(sys._current_frames())", "%%bash\necho ran", _branch("len(sys._current_frames()) > before", STUBS, RIGHT)),
+        ("import os", "!mkdir made", f"try:\n    os.rmdir('made')\n    {STUBS.replace(chr(10), chr(10) + '    ')}\nexcept OSError:\n    {RIGHT.replace(chr(10), chr(10) + '    ')}"),
+        ("import contextlib", "!echo 'X = 1' > probe.py", "found = False\nwith contextlib.suppress(ImportError):\n    import probe\n    found = True",
+         _branch("found", STUBS, RIGHT)),
+    ],
+)
+def test_red_team_35s_routes_cost_their_todo(cells: tuple[str, ...]) -> None:
+    assert _todos(*cells) == ["todo5"]
+
+
+def test_environment_and_paths_are_not_files_a_command_writes() -> None:
+    """A watermark read from the environment, paths joined: beside an install, in a correct definition."""
+    manager = ("import os\nclass KVCacheManager:\n    def __init__(self):\n        self.watermark = float(os.environ.get('WATERMARK', '0.01'))\n"
+               "        self.threads = os.cpu_count()\n        self.where = os.path.join('a', 'b')")
+    assert _todos("!pip install tqdm", manager) == []
