@@ -84,18 +84,28 @@ def _is_method_call(node: ast.AST, method: str) -> bool:
 VALUE_ALIASES: set[str] = set()
 
 
+def alias_magic_lines(statements: list[tuple[int, ast.stmt]]) -> list[str | None]:
+    """The argument line of each `%alias_magic` (None where it is made at run time)."""
+    return [_constant(node.args[1]) for _, statement in statements for node in ast.walk(statement)  # type: ignore[attr-defined]
+            if _is_method_call(node, "run_line_magic") and len(node.args) >= 2 and _constant(node.args[0]) == "alias_magic"]  # type: ignore[attr-defined]
+
+
 def _magic_aliases(statements: list[tuple[int, ast.stmt]]) -> set[str]:
     """Names `%alias_magic` binds to a magic whose value is a command's output."""
     names: set[str] = set()
-    for _, statement in statements:
-        for node in ast.walk(statement):
-            if _is_method_call(node, "run_line_magic") and len(node.args) >= 2 and _constant(node.args[0]) == "alias_magic":  # type: ignore[attr-defined]
-                words = [w for w in (_constant(node.args[1]) or "").split() if not w.startswith("-")]  # type: ignore[attr-defined]
-                if len(words) >= 2 and words[1].lstrip("%") in VALUE_MAGICS | {"sc"}:
-                    names.add(words[0].lstrip("%"))
-                elif len(words) >= 2 or _constant(node.args[1]) is None:
-                    names.add(words[0].lstrip("%") if words else "*")  # an alias of what cannot be told: any magic
+    for text in alias_magic_lines(statements):
+        words = [w for w in (text or "").split() if not w.startswith("-")]
+        if len(words) >= 2 and words[1].lstrip("%") in VALUE_MAGICS | {"sc"}:
+            names.add(words[0].lstrip("%"))
+        elif len(words) >= 2 or text is None:
+            names.add(words[0].lstrip("%") if words else "*")  # an alias of what cannot be told: any magic
     return names
+
+
+def line_text(lines: dict[int, list[str]], index: int, node: ast.AST) -> str:
+    """The line of cell `index` a node starts on, as typed (its code where the cell has no such line)."""
+    line = getattr(node, "lineno", 1)
+    return lines[index][line - 1].strip() if 0 < line <= len(lines[index]) else ast.unparse(node)
 
 
 def _constant(node: ast.AST) -> str | None:

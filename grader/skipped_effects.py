@@ -30,6 +30,8 @@ from grader.skipped_cells import (
     _out_names,
     _runs_shell,
     _value_source,
+    alias_magic_lines,
+    line_text,
 )
 from grader.submission import Cell
 
@@ -41,7 +43,7 @@ def _sources(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) -> list[
     for index, statement in statements:
         for node in ast.walk(statement):
             outs, line = _out_names(node) | _sc_names(node), getattr(node, "lineno", 1)
-            text = lines[index][line - 1].strip() if 0 < line <= len(lines[index]) else ast.unparse(node)
+            text = line_text(lines, index, node)
             if _value_source(node):
                 # A displayed value (`!!cmd` alone on a cell's last line) is kept as `_` and in Out.
                 shown = DISPLAYED if isinstance(statement, ast.Expr) and statement.value is node else set()
@@ -207,7 +209,7 @@ def _first_command(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) ->
         for node, inside in _scoped(statement):
             if _writes(node, aliases):
                 line = getattr(node, "lineno", 1)
-                text = lines[index][line - 1].strip() if 0 < line <= len(lines[index]) else ast.unparse(node)
+                text = line_text(lines, index, node)
                 at = Command(ordinal, line, text, inside, index)
                 break
         if at is not None:
@@ -244,7 +246,7 @@ def _kernel_state(cells: list[Cell], statements: list[tuple[int, ast.stmt]], com
             if magic in SKIPPED_MAGICS or magic is None or isinstance(node, ast.Call) and (
                     _called(node) in ("breakpoint", "set_trace") or any(id(n) in uses for n in ast.walk(node.func))):
                 line = getattr(node, "lineno", 1)
-                text = lines[index][line - 1].strip() if 0 < line <= len(lines[index]) else ast.unparse(node)
+                text = line_text(lines, index, node)
                 first = Command(ordinal, line, text, inside, index)
                 break
     if first is None:
@@ -326,7 +328,7 @@ def _raisers(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) -> Sourc
         return None
     index, first = found[0]
     line = getattr(first, "lineno", 1)
-    text = lines[index][line - 1].strip() if 0 < line <= len(lines[index]) else ast.unparse(first)
+    text = line_text(lines, index, first)
     return Source(index, line, text[:200], None, file_reads={id(n) for _, n in found}, raises=True)
 
 
@@ -450,13 +452,10 @@ def _catcher_names(statements: list[tuple[int, ast.stmt]]) -> set[str]:
 def _cell_magic_aliases(statements: list[tuple[int, ast.stmt]]) -> dict[str, str]:
     """`%alias_magic [-c] new old`: the cell magics the notebook names anew, with what each runs."""
     found: dict[str, str] = {}
-    for _, statement in statements:
-        for node in ast.walk(statement):
-            if _is_method_call(node, "run_line_magic") and len(node.args) >= 2 and _constant(node.args[0]) == "alias_magic":  # type: ignore[attr-defined]
-                text = _constant(node.args[1]) or ""  # type: ignore[attr-defined]
-                words = [w.lstrip("%") for w in text.split() if not w.startswith("-")]
-                if len(words) >= 2 and "-l" not in text.split() and "--line" not in text.split():
-                    found[words[0]] = words[1]
+    for text in alias_magic_lines(statements):
+        words = [w.lstrip("%") for w in (text or "").split() if not w.startswith("-")]
+        if len(words) >= 2 and "-l" not in (text or "").split() and "--line" not in (text or "").split():
+            found[words[0]] = words[1]
     return found
 
 
