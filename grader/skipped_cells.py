@@ -300,3 +300,15 @@ def _magic_bodies(tree: ast.Module) -> list[ast.stmt]:
 
 def _called(call: ast.Call) -> str:
     return call.func.id if isinstance(call.func, ast.Name) else call.func.attr if isinstance(call.func, ast.Attribute) else ""
+
+
+def _scoped(statement: ast.stmt) -> list[tuple[ast.AST, bool]]:
+    """Each node of a statement, with whether it is inside a function (which may run at any later time)."""
+    out: list[tuple[ast.AST, bool]] = []
+    stack: list[tuple[ast.AST, bool]] = [(statement, False)]
+    while stack:
+        node, inside = stack.pop()
+        out.append((node, inside))
+        inner = inside or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        stack.extend((child, inner) for child in ast.iter_child_nodes(node))
+    return out

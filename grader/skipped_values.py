@@ -58,7 +58,8 @@ from grader.skipped_cells import (
     _magic_aliases,
     _statements,
 )
-from grader.skipped_effects import _is_shell, _reads_files, _sources, _stream_target
+from grader.skipped_effects import _is_shell, _reads_files, _sources
+from grader.skipped_output import _stream_target
 from grader.submission import Cell
 
 
