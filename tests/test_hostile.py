@@ -50,7 +50,7 @@ from grader.grade import grade_path
 from grader.results import GradeResult
 from grader.sandbox import cgroups
 from grader.sandbox.client import Sandbox
-from grader.sandbox.isolation import probe
+from grader.sandbox.isolation import mseal_available, probe
 from grader.sandbox.reaping import descendants
 from grader.submission import load_submission
 from tests import hostile_surroundings as surroundings
@@ -67,6 +67,7 @@ IPC_NS = "ipc" in ISOLATION["namespaces"]
 NET_NS = "net" in ISOLATION["namespaces"]
 MOUNT_NS = "mount" in ISOLATION["namespaces"]
 CGROUP = ISOLATION["cgroup"]
+MSEAL = mseal_available()  # the worker's mappings of the judge's files sealed (Linux 6.10+)
 # A forked process cannot read its own /proc entry where Landlock narrows the host's /proc.
 FORKS_BLIND = ("error",) if FILES and not (PID_NS and MOUNT_NS) else ()
 needs_files = pytest.mark.skipif(not FILES, reason="needs Landlock (Linux 5.13+) to confine file access")
@@ -253,6 +254,10 @@ EXPECT: dict[str, Expect] = {
     "rt29_release_repair_ignored.py": Expect(failed=fail(TODO["todo2"] + TODO["todo3"], "wrong")),
     "rt29_big_pools_start_empty.py": Expect(failed=fail(["todo2.block_count", "todo2.oom_atomic"], "wrong", "error"), limits=SLOW_LISTS, seconds=180),
     "tamper_forged_replies.py": Expect(failed=fail(TODO["todo4"], "crashed", "integrity"), tampered=("forged",)),
+    # Red team 37: a cached ledger the caller cannot edit, or whose footprint cannot be read; an input changed under private pages
+    "rt37_lru_ledger_decoy_keys.py": Expect(failed=fail(TODO["todo1"], "wrong")),
+    "rt37_shared_ledger_sparse_value.py": Expect(failed=fail(TODO["todo1"], "wrong")),
+    "rt37_inplace_query_private_pages.py": Expect(failed=fail(["todo5.inputs_unchanged"], "wrong")),
 }
 CASES = sorted(EXPECT)
 NEEDS_FILES = ("forge_fake_output.py", "forge_fake_output_buggy.py")  # they write wherever they can
@@ -271,6 +276,8 @@ def _skip_reason(name: str) -> str | None:
         return "without Landlock signal scoping this submission would kill the test run itself"
     if name in NEEDS_FILES and not FILES:
         return "without Landlock this submission would write into /tmp and the judge's directory"
+    if name == "rt37_inplace_query_private_pages.py" and not MSEAL:
+        return "this kernel has no mseal (Linux 6.10 and later): the judge's shared pages can be mapped over"
     if name in NEEDS_CGROUP and not CGROUP:
         return "no cgroup can be made here (needs root, or a delegated cgroup v2 subtree): the memory cap would be per process"
     return None

@@ -132,10 +132,14 @@ def check_calls(ctx: ItemContext, calls: tuple[tuple[dict[str, int], str], ...],
             zeroed = _zeroed(reading)
             edited_any = True
             ctx.kept.forget(key)
-            if not ctx.call("edit_kept", key=key).ok:
+            edited_reply = ctx.call("edit_kept", key=key)
+            if not edited_reply.ok:
                 # The edit runs none of the submission's code (dict and list slots, called directly):
                 # it fails only where the grader's code in the worker was changed.
                 ctx.broken("edit_kept")
+                return
+            if edited_reply.value is not True:  # the caller's own change raised (anything but True: not made)
+                _edit_refused(ctx)
                 return
             if zeroed is not None:  # what the caller left in it: a later call must not change that either
                 ctx.kept.add(key, plain_digest(zeroed), f"call {number}")
@@ -214,6 +218,19 @@ def _edit_seen(ctx: ItemContext, script: Script, number: int) -> None:
                       "这次调用的 layout_shape 带着调用者对之前返回值的修改：{ledger['layout_shape']}")
         raise ctx.fail("wrong", zh, en, expected=Text("layout_shape 为这次调用自己的新列表", "layout_shape a new list of this call's own"),
                        actual=Text(f"第 {number} 次调用的 layout_shape 全为 0（调用者的修改）", f"call {number}'s layout_shape all zeros (the caller's edit)"))
+
+
+def _edit_refused(ctx: ItemContext) -> None:
+    """The caller could not change what a call gave it: setting an entry raised (the reproduction's
+    line that sets them raises as it did here)."""
+    zh = "调用者无法修改返回的 dict：给它的某个键赋值时抛出了异常（返回值属于调用者，调用者可以修改它）"
+    en = "the caller could not change the returned dict: setting one of its entries raised (a result belongs to its caller, who may change it)"
+    for item in FIELDS_OF:
+        if not ctx.focused(item):
+            ctx.record(item, zh, en)
+    if ctx.focus in FIELDS_OF:
+        raise ctx.fail("wrong", zh, en, expected=Text("每个键都可以赋值", "every entry can be set"),
+                       actual=Text("赋值时抛出异常", "setting an entry raised"))
 
 
 def _earlier_changed(ctx: ItemContext, script: Script, number: int, edited: list[int], changed: list[str]) -> None:

@@ -116,8 +116,15 @@ def given_methods(value: Any) -> None:
             raise Invalid("given methods of the wrong form")
 
 
+def flag(value: Any) -> None:
+    """True or False; None where the worker had nothing to do (edit_kept of a result no longer kept)."""
+    if value is not None and type(value) is not bool:
+        raise Invalid("a yes or no of the wrong kind")
+
+
 SCHEMAS = {
     "new": handle,
+    "edit_kept": flag,
     "ledger": plain,
     "method": plain,
     "get_cache": tensor,
@@ -155,6 +162,7 @@ WHY_ZH = {
     "a container that is not a list of at most 4096 items": "不是至多 4096 项列表的容器",
     "an object handle that is not a small positive int": "不是小正整数的对象句柄",
     "a value where none belongs": "不该有值的地方有值",
+    "a yes or no of the wrong kind": "是或否的值类型不对",
     "not a tensor": "不是张量",
     "a tensor payload with a wrong dtype, data or device": "dtype、数据或设备不对的张量",
     "a tensor payload with a wrong shape": "形状不对的张量",

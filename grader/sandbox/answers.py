@@ -5,6 +5,7 @@ call, made on the caller thread (readings.py); what it returns is read here with
 only, kept here when the caller keeps it, and answered as plain data.
 """
 
+import ctypes
 from binascii import a2b_base64
 from collections import deque
 from functools import partial
@@ -67,8 +68,12 @@ from _pa_grader_readings import (
 )
 
 CUDA_SYNC = torch.cuda.synchronize
-FROM_BUFFER, EMPTY, COPY_TO = torch.frombuffer, torch.empty, numpy.copyto
+FROM_BUFFER, EMPTY, COPY_TO, UINT8 = torch.frombuffer, torch.empty, numpy.copyto, torch.uint8
 ATTENTION_INPUTS = ("query", "key_cache", "value_cache", "block_tables", "seq_lens")
+SYSCALL = ctypes.CDLL(None, use_errno=True).syscall
+SYSCALL.restype = ctypes.c_long
+MSEAL = 462  # mseal(2), Linux 6.10 and later (the same number on every architecture)
+PAGE = 4096
 
 
 # --- what a call gives back -----------------------------------------------------------------------
@@ -138,8 +143,20 @@ def shared_map(session, spec):
     if type(spec) is not dict or type(spec.get("fd")) is not int or type(spec.get("size")) is not int or not 0 <= spec["fd"] < len(fds):
         raise TypeError("a shared file of the wrong form")
     mapped = map_file(fds[spec["fd"]], spec["size"], MAP_SHARED, PROT_READ | PROT_WRITE)
+    seal(mapped, spec["size"])
     session["maps"].append(mapped)
     return mapped
+
+
+def seal(mapped, size):
+    """The mapping sealed (mseal): nothing can map over it, move it or unmap it until the process
+    ends, so the tensors on it stay the judge's file.  Without a seal, a call could map private
+    memory over an input's pages, change the input there and leave the file as it was (red team
+    37).  Kernels before 6.10 have no mseal: the mapping stays unsealed (docs/trust.md)."""
+    if size <= 0:
+        return
+    start = DATA_PTR(FROM_BUFFER(mapped, dtype=UINT8, count=1))
+    SYSCALL(MSEAL, ctypes.c_void_p(start), ctypes.c_size_t((size + PAGE - 1) // PAGE * PAGE), ctypes.c_ulong(0))
 
 
 def _lied(op):
@@ -359,7 +376,7 @@ def op_edit_kept(session, msg):
     call must not see that (a result kept and handed out again, an lru_cache)."""
     key = msg.get("key")
     if type(key) is int and key in session["kept"]:
-        edit(session, session["kept"][key])
+        return edit(session, session["kept"][key])
     return None
 
 
@@ -737,6 +754,7 @@ def _footprint(value, into, depth=0):
     subclasses too, read by C) and the memory its CPU or CUDA tensors span."""
     kind = type(value)
     if has_base(kind, TENSOR):
+        into.append(("object", id(value)))  # the tensor itself (a sparse one has no address to compare)
         if python_keyed(value) or NUMEL(value) == 0:
             return
         size, reach = ELEMENT_SIZE(value), 0
@@ -776,8 +794,8 @@ def shared_results(kept):
         found = []
         try:
             _footprint(value, found)
-        except Exception:  # an odd object: nothing of it compared
-            found = []
+        except Exception:  # an odd object: what was found before it still compared (the dict holding it first)
+            pass
         prints[key] = found
     shared = set()
     keys = list(prints)

@@ -187,6 +187,24 @@ print(json.dumps({"namespaces": names, "seccomp": denied}))
 
 
 @functools.cache
+def mseal_available() -> bool:
+    """Whether this kernel seals mappings (mseal, Linux 6.10+): the worker seals its mappings of the
+    judge's shared files, so that no call can map other memory over them (answers.seal)."""
+    import ctypes
+    import mmap
+
+    page = mmap.mmap(-1, mmap.PAGESIZE)
+    try:
+        view = (ctypes.c_char * mmap.PAGESIZE).from_buffer(page)
+        syscall = ctypes.CDLL(None, use_errno=True).syscall
+        syscall.restype = ctypes.c_long
+        sealed = syscall(462, ctypes.c_void_p(ctypes.addressof(view)), ctypes.c_size_t(mmap.PAGESIZE), ctypes.c_ulong(0)) == 0
+        del view
+        return sealed
+    finally:
+        page.close()  # a sealed page stays mapped until the process ends: one page
+
+
 def probe() -> dict[str, Any]:
     """What a sandbox started now would get here: {"root", "namespaces", "cgroup", "cpu", "landlock", "seccomp"}."""
     from grader.sandbox import cgroups

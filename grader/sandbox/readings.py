@@ -511,7 +511,8 @@ def edit(session, value):
     """The caller changes what a call gave it (its own to change): every entry set to 0, a plain
     list's items in place (a shallow copy handed out again shares it).  A dict with a key that
     is neither an exact str nor an exact int is edited on the caller thread: setting an entry
-    compares keys, which may run the submission's __eq__."""
+    compares keys, which may run the submission's __eq__.  Whether every change was made (False:
+    one raised, as it would in the caller's own code: red team 37's key whose __eq__ raises)."""
     kind = type(value)
     if has_base(kind, dict):
         jobs, plain = [], True
@@ -527,9 +528,10 @@ def edit(session, value):
             for job in jobs:
                 apply(*job)
         elif jobs:
-            calls(session, *jobs)
+            return calls(session, *jobs) is not None
     elif has_base(kind, list):
         LIST_SET(value, slice(None), [0] * LIST_LEN(value))
+    return True
 
 
 def int_list(session, value, what):
