@@ -12,6 +12,7 @@ from __future__ import annotations
 import __future__
 
 import ast
+import functools
 import re
 from dataclasses import dataclass
 from functools import cached_property
@@ -46,12 +47,20 @@ class Cell:
 
 
 def cell_magic(source: str) -> tuple[str, str, str] | None:
-    """(name, its line, body) when the cell starts with a cell magic (`%%time -n 3`), else None."""
+    """(name, its line, body) when the cell starts with a cell magic (`%%time -n 3`), else None.
+    Blank lines before it do not count, as IPython drops them (red team 36: `\n%%capture c`)."""
     first, _, body = source.partition("\n")
+    while not first.strip() and body:
+        first, _, body = body.partition("\n")
     match = CELL_MAGIC.match(first.strip()) if first.lstrip().startswith("%%") else None
     if match is None:
         return None
     return match.group(1), match.group(2).strip(), body
+
+
+def magic_head(source: str, body: str) -> str:
+    """A cell magic cell up to its body: the magic's line and any blank lines before it."""
+    return source[: len(source) - len(body)]
 
 
 def python_view(source: str) -> str:
@@ -65,14 +74,43 @@ def python_view(source: str) -> str:
     """
     if parses(source):
         return source
+    source = automagic(source)
     magic = cell_magic(source)
     if magic is not None and magic[0] in PYTHON_BODY_MAGICS:
         name, line, body = magic
-        return "pass  # %%" + name + (" " + line if line else "") + "\n" + python_view(body)
+        blank = "\n" * (magic_head(source, body).count("\n") - 1)  # the lines before the magic, kept for line numbers
+        return blank + "pass  # %%" + name + (" " + line if line else "") + "\n" + python_view(body)
     transformed = ipython_transform(source)
     if transformed is not None and parses(transformed):
         return transformed
     return _blank_ipython_lines(source)
+
+
+def automagic(source: str) -> str:
+    """A one-line cell as IPython's automagic runs it: `sx echo ran` or `pdb on` is a line magic
+    (red team 36), where the line is not Python and its first word names one.  IPython applies
+    it to single-line cells only, unless the word is a name of the notebook's (not known here:
+    a line that is not Python has none)."""
+    lines = [line for line in source.split("\n") if line.strip()]
+    if len(lines) != 1:
+        return source
+    line = lines[0]
+    word = re.match(r"^\s*([A-Za-z_]\w*)(\s|$)", line)
+    rest = line[word.end():].lstrip() if word else ""
+    if word is None or word.group(1) not in _line_magics() or rest.startswith("=") and not rest.startswith("=="):
+        return source
+    return source.replace(line, line[: word.start(1)] + "%" + line[word.start(1):], 1)
+
+
+@functools.cache
+def _line_magics() -> frozenset[str]:
+    """IPython's line magics and default aliases (`ls`, `cat`): the words automagic runs."""
+    try:
+        from IPython.core.alias import default_aliases
+        from IPython.core.magics import BUILTIN_LAZY_MAGICS
+    except ImportError:
+        return frozenset()
+    return frozenset(BUILTIN_LAZY_MAGICS.get("line", {})) | {alias[0] for alias in default_aliases()}
 
 
 def ipython_transform(source: str) -> str | None:

@@ -22,7 +22,7 @@ import ast
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 
-from grader.cells import PYTHON_BODY_MAGICS, Cell, cell_magic, ipython_transform, magic_statement, parses
+from grader.cells import PYTHON_BODY_MAGICS, Cell, cell_magic, ipython_transform, magic_head, magic_statement, parses
 
 PLACEHOLDER = "pass  # grader.check(): not run while grading"
 
@@ -110,7 +110,7 @@ def strip_source(source: str, tainted: set[str]) -> str:
         if name not in PYTHON_BODY_MAGICS:
             return source
         stripped = strip_source(body, tainted)
-        return source if stripped == body else source.partition("\n")[0] + "\n" + stripped
+        return source if stripped == body else magic_head(source, body) + stripped
     view = ipython_transform(source)
     if view is None or not parses(view):
         return source  # the worker reports the cell

@@ -10,7 +10,7 @@ import ast
 import re
 from dataclasses import dataclass, field
 
-from grader.cells import parse_cell, python_view
+from grader.cells import cell_magic, magic_statement, parse_cell, python_view
 from grader.submission import Cell
 
 VALUE_MAGICS = frozenset({"sx", "system"})  # line magics whose value is a command's output
@@ -195,9 +195,15 @@ def _statements(cells: list[Cell]) -> list[tuple[int, ast.stmt]]:
             # read as if it ran here, its names as the notebook's (an over-approximation; red team 24
             # hid a skipped line's marker file read in one).
             try:
-                out += [(cell.index, statement) for statement in parse_cell(written).body]
+                module = parse_cell(written).body
             except (SyntaxError, ValueError, RecursionError, MemoryError):
-                pass
+                module = []
+            out += [(cell.index, statement) for statement in module]
+            # Its name as a later `import m` binds it: made of every name it binds, so that `m.x` reads x.
+            name = _written_module_name(cell)
+            names = sorted(set().union(*(_bound(statement) for statement in module))) if module else []
+            if name and names:
+                out += [(cell.index, statement) for statement in ast.parse(f"{name} = ({', '.join(names)},)").body]
         out += [(cell.index, statement) for statement in _magic_bodies(tree)]
     trees = _canonical_names([ast.Module(body=[statement], type_ignores=[]) for _, statement in out])
     return [(index, statement) for (index, _), tree in zip(out, trees, strict=True) for statement in tree.body]
@@ -281,7 +287,8 @@ NOT_PYTHON_BODIES = SHELL_CELL_MAGICS | {"writefile", "file", "html", "HTML", "j
 
 
 def _magic_bodies(tree: ast.Module) -> list[ast.stmt]:
-    """The bodies of a cell's other cell magics, read as Python where they parse: an alias
+    """The bodies of a cell's other cell magics, and the statements of its `%time`-like line
+    magics, read as Python where they parse: an alias
     (`%alias_magic cap capture`, then `%%cap c`: red team 32) or a magic the notebook registers
     runs its body as code, which IPython's transformer leaves a string."""
     out: list[ast.stmt] = []
@@ -295,6 +302,13 @@ def _magic_bodies(tree: ast.Module) -> list[ast.stmt]:
                     continue
                 ast.increment_lineno(parsed, 1)  # the body starts on the cell's second line
                 out += parsed.body
+        elif (statement := magic_statement(node)) is not None:  # `%time out = !cmd` runs its statement here (red team 36)
+            try:
+                parsed = parse_cell(python_view(statement))
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                continue
+            ast.increment_lineno(parsed, getattr(node, "lineno", 1) - 1)
+            out += parsed.body
     return out
 
 
@@ -309,6 +323,14 @@ def _scoped(statement: ast.stmt) -> list[tuple[ast.AST, bool]]:
     while stack:
         node, inside = stack.pop()
         out.append((node, inside))
-        inner = inside or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        inner = inside or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.GeneratorExp))  # a generator runs when consumed (red team 36)
         stack.extend((child, inner) for child in ast.iter_child_nodes(node))
     return out
+
+
+def _written_module_name(cell: Cell) -> str | None:
+    """`m` for a cell `%%writefile m.py` (the name `import m` binds), else None."""
+    magic = cell_magic(cell.source or "")
+    words = magic[1].split() if magic is not None else []
+    stem = words[-1].rsplit("/", 1)[-1].removesuffix(".py") if words else ""
+    return stem if stem.isidentifier() else None

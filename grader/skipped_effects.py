@@ -6,6 +6,9 @@ grader call loads: each a `Source` with where it may be read.  Nothing here runs
 from __future__ import annotations
 
 import ast
+import functools
+import importlib.util
+import sys
 from dataclasses import dataclass
 
 from grader.skipped_cells import (
@@ -38,17 +41,20 @@ def _sources(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) -> list[
     lines = {cell.index: (cell.source or "").split("\n") for cell in cells}
     found: list[Source] = []
     shell: tuple[int, int] | None = None
+    aliases = _aliases(statements)
     for index, statement in statements:
+        called = {id(n.func) for n in ast.walk(statement) if isinstance(n, ast.Call)}
         for node in ast.walk(statement):
             outs, line = _out_names(node) | _sc_names(node), getattr(node, "lineno", 1)
             text = line_text(lines, index, node)
-            if _value_source(node):
+            if _value_source(node) or _value_method(node, called):
                 # A displayed value (`!!cmd` alone on a cell's last line) is kept as `_` and in Out.
-                shown = DISPLAYED if isinstance(statement, ast.Expr) and statement.value is node else set()
+                # Also where it is part of what is shown (`len(get_ipython().getoutput('ls'))`: red team 36).
+                shown = DISPLAYED if isinstance(statement, ast.Expr) and any(n is node for n in ast.walk(statement.value)) else set()
                 found.append(Source(index, line, text[:200], node, set(shown)))
             elif outs:
                 found.append(Source(index, line, text[:200], None, outs))
-            if shell is None and _runs_shell(node):
+            if shell is None and (_runs_shell(node) or _writes(node, aliases)):  # an alias (`%ls`) sets it too (red team 36)
                 shell = (index, line)
     if shell is not None:
         found.append(Source(shell[0], shell[1], "_exit_code", None, {"_exit_code"}))
@@ -68,6 +74,15 @@ def _sources(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) -> list[
     if loader is not None:
         found.append(loader)
     return found
+
+
+VALUE_METHODS = frozenset({"getoutput", "run_line_magic", "find_line_magic", "find_magic"})
+
+
+def _value_method(node: ast.AST, called: set[int]) -> bool:
+    """A shell method taken, not called (`go = get_ipython().getoutput`, then `go('echo ran')`: red
+    team 36): what it is bound to gives a command's output."""
+    return isinstance(node, ast.Attribute) and node.attr in VALUE_METHODS and isinstance(node.ctx, ast.Load) and id(node) not in called
 
 
 MODULE_READS = frozenset({"find_spec", "import_module", "__import__", "iter_modules", "find_loader", "get_loader", "globals", "locals",
@@ -137,7 +152,10 @@ def _aliases(statements: list[tuple[int, ast.stmt]]) -> set[str]:
 
 # Modules whose calls touch the file system (any of them may fail, or answer, by what a command wrote:
 # `os.rmdir`, `shutil.which`, `importlib.metadata.version`: red team 35).
-FILE_SYSTEM_MODULES = frozenset({"os", "shutil", "pathlib", "glob", "importlib", "pkgutil", "site", "sysconfig", "tempfile", "fnmatch"})
+FILE_SYSTEM_MODULES = frozenset({"os", "shutil", "pathlib", "glob", "importlib", "pkgutil", "site", "sysconfig", "tempfile", "fnmatch",
+                                 "subprocess", "filecmp", "fileinput", "linecache", "runpy", "zipfile", "tarfile", "sqlite3", "shelve",
+                                 "dbm", "mmap", "ctypes", "posix"})  # subprocess runs `test -e` (red team 36)
+FILE_MAGICS = frozenset({"run", "load", "loadpy", "pycat", "pfile", "psource", "cat"})  # line magics that read a file (`%run m.py`)
 
 
 NOT_FILES = frozenset({"getenv", "getpid", "getppid", "cpu_count", "sched_getaffinity", "urandom", "getcwd", "fspath", "fsencode",
@@ -155,6 +173,13 @@ def _through(node: ast.AST, attribute: str) -> bool:
 
 
 def _reads_files(node: ast.AST) -> bool:
+    if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and _base_name(node) in FILE_SYSTEM_MODULES and (
+            node.attr not in NOT_FILES and not _through(node, "environ") and node.attr not in FILE_SYSTEM_MODULES | {"path"}):
+        return True  # a function of theirs taken, to be called later (`map(os.path.exists, names)`: red team 36)
+    if _is_method_call(node, "run_line_magic") and node.args and _constant(node.args[0]) in FILE_MAGICS:  # type: ignore[attr-defined]
+        return True  # `%run m.py` of a script a command wrote (red team 36)
+    if isinstance(node, (ast.Import, ast.ImportFrom)) and not all(_findable(name) for name in _imported_modules(node)):
+        return True  # a module no one installed: a command may have written it (red team 36: `import helper`)
     if isinstance(node, ast.Call):
         function = node.func
         name = function.id if isinstance(function, ast.Name) else function.attr if isinstance(function, ast.Attribute) else ""
@@ -208,7 +233,10 @@ def _first_command(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) ->
     return at
 
 
-SKIPPED_MAGICS = frozenset({"pdb", "debug", "pastebin", "qtconsole"})  # skipped line magics that are not commands
+SKIPPED_MAGICS = frozenset({"pdb", "debug", "pastebin", "qtconsole"})
+# Skipped line magics that raise in Jupyter where they cannot work (red team 36: `%pastebin -z 1` a
+# UsageError, `%conda` outside conda a ValueError, `%debug` asks for input a kernel refuses).
+RAISING_MAGICS = frozenset({"pastebin", "conda", "mamba", "micromamba", "debug", "qtconsole"})  # skipped line magics that are not commands
 RUNS_A_LINE = frozenset({"run_line_magic", "run_cell_magic", "system", "system_piped", "system_raw", "getoutput", "magic"})
 
 
@@ -309,6 +337,7 @@ def _raisers(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) -> Sourc
     raising = any("raise_on_error" in (cell.source or "") for cell in cells)
     found = [(index, node) for index, statement in statements for node in ast.walk(statement)
              if _is_method_call(node, "run_cell_magic") and node.args and _constant(node.args[0]) in SHELL_CELL_MAGICS  # type: ignore[attr-defined]
+             or _is_method_call(node, "run_line_magic") and node.args and _constant(node.args[0]) in RAISING_MAGICS  # type: ignore[attr-defined]
              or raising and _writes(node, aliases)]
     if not found:
         return None
@@ -332,3 +361,20 @@ def _writer(statements: list[tuple[int, ast.stmt]], command: Command) -> Source:
     reads = {id(node) for position, (_, statement) in enumerate(statements) for node, nested in _scoped(statement)
              if (_reads_files(node) or _reads_modules(node) or _reads_threads(node)) and command.follows(position, nested)}
     return Source(command.cell, command.line, command.text[:200], None, file_reads=reads)
+
+
+def _imported_modules(node: ast.Import | ast.ImportFrom) -> list[str]:
+    if isinstance(node, ast.ImportFrom):
+        return [node.module.split(".")[0]] if node.module and not node.level else []
+    return [alias.name.split(".")[0] for alias in node.names]
+
+
+@functools.cache
+def _findable(name: str) -> bool:
+    """Whether a top-level module is there without any command (the standard library, or installed)."""
+    if name in sys.stdlib_module_names or name in sys.builtin_module_names:
+        return True
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False

@@ -136,7 +136,9 @@ def _stopped(statements: list[tuple[int, ast.stmt]], position: int, source: Sour
 
 def _may_stop(statement: ast.stmt, source: Source, tainted: set[str]) -> bool:
     """Whether a statement may raise (or exit) depending on such a value: it computes with one, or raises under a test of one."""
-    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Import, ast.ImportFrom)) or _only_shown(statement):
+    if isinstance(statement, (ast.Import, ast.ImportFrom)):
+        return id(statement) in (source.file_reads or ())  # a module a command may have written: missing here (red team 36)
+    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)) or _only_shown(statement):
         return False
     if isinstance(statement, (ast.Expr, ast.Assign)) and statement.value is source.node:
         return False  # the skipped line itself gives its empty value without raising
@@ -255,6 +257,8 @@ def _taints(statement: ast.stmt, source: Source, tainted: set[str], functions: d
             everything |= any(_namespace(t) for t in targets)
         elif isinstance(node, ast.NamedExpr) and _tainting(node.value, source, tainted):
             found.add(node.target.id)
+        elif id(node) in (source.file_reads or ()) and _runs_script(node):
+            everything = True  # `%run m.py` of a script a command may have written binds any name (red team 36)
         elif isinstance(node, ast.Call) and any(_tainting(arg, source, tainted) for arg in [*node.args, *(k.value for k in node.keywords)]):
             function = node.func
             if isinstance(function, ast.Name) and function.id in EVERYTHING or _namespace(function):
@@ -266,6 +270,12 @@ def _taints(statement: ast.stmt, source: Source, tainted: set[str], functions: d
             elif isinstance(function, ast.Name) and function.id in functions:
                 found |= {g for n in ast.walk(functions[function.id]) if isinstance(n, ast.Global) for g in n.names}
     return found - {""}, everything
+
+
+def _runs_script(node: ast.AST) -> bool:
+    """`%run m.py` (also `%run -i`): the script's names become the notebook's."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "run_line_magic" and bool(node.args) and (
+        isinstance(node.args[0], ast.Constant) and node.args[0].value == "run")
 
 
 def _direct(statements: list[tuple[int, ast.stmt]], source: Source) -> set[str]:

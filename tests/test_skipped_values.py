@@ -460,3 +460,34 @@ def test_environment_and_paths_are_not_files_a_command_writes() -> None:
     manager = ("import os\nclass KVCacheManager:\n    def __init__(self):\n        self.watermark = float(os.environ.get('WATERMARK', '0.01'))\n"
                "        self.threads = os.cpu_count()\n        self.where = os.path.join('a', 'b')")
     assert _todos("!pip install tqdm", manager) == []
+
+
+@pytest.mark.parametrize(
+    "cells",
+    [
+        # red team 36: what IPython runs that the reading missed, and reads it missed
+        ("sx echo ran", _branch("_", STUBS, RIGHT)),  # automagic: a one-line cell is a line magic
+        ("pdb on", _branch("get_ipython().call_pdb", STUBS, RIGHT)),
+        ("%ls /nowhere", _branch("_exit_code", STUBS, RIGHT)),  # an alias sets _exit_code
+        (f"try:\n    %pastebin -z 1\n    {RIGHT.replace(chr(10), chr(10) + '    ')}\nexcept Exception:\n    {STUBS.replace(chr(10), chr(10) + '    ')}",),
+        (RIGHT, f"%conda list\n{STUBS}"),  # %conda raises outside conda: the rest of the cell is Jupyter's alone... or not
+        ("\n%%capture c\n!echo ran", _branch("c.stdout", STUBS, RIGHT)),  # a blank line before a cell magic
+        ("!touch marker", "\n%%writefile probe_rt36.py\nimport os\nHIT = os.path.exists('marker')", "import probe_rt36", _branch("probe_rt36.HIT", STUBS, RIGHT)),
+        ("len(get_ipython().getoutput('echo ran'))", "probe = _", _branch("probe", STUBS, RIGHT)),  # shown as part of an expression
+        ("import os\n!touch marker", "probe = any(map(os.path.exists, ['marker']))", _branch("probe", STUBS, RIGHT)),  # a function taken
+        ("import os\nprobe = (os.path.exists('marker') for _ in range(1))", "!touch marker", "hit = next(probe)", _branch("hit", STUBS, RIGHT)),
+        ("!echo 'x = 1' > helper_rt36.py", f"{RIGHT}\nimport helper_rt36\n{STUBS}"),  # an import that fails here stops the cell
+        ("import subprocess\n!touch marker", "probe = subprocess.run(['test', '-e', 'marker']).returncode == 0", _branch("probe", STUBS, RIGHT)),
+        ("go = get_ipython().getoutput\nout = go('echo ran')", _branch("out", STUBS, RIGHT)),  # a shell method taken, called later
+        ("%time out = !echo ran", _branch("out", STUBS, RIGHT)),  # the statement of a %time line
+    ],
+)
+def test_red_team_36_reads_of_skipped_lines_cost_their_todo(cells: tuple[str, ...]) -> None:
+    assert _todos(*cells) == ["todo5"]
+
+
+def test_a_script_run_after_a_command_may_bind_any_name() -> None:
+    """`%run m.py` after a command that may have written m.py: any name may be the script's (red team 36)."""
+    cells = ("!echo 'probe = True' > setup_rt36.py", "probe = False\n%run setup_rt36.py", _branch("probe", STUBS, RIGHT))
+    assert _todos(*cells) == ["todo1", "todo2", "todo3", "todo4", "todo5"]
+    assert _todos("%run setup_rt36.py", RIGHT) == []  # no command before it: the script is the notebook's own

@@ -32,7 +32,7 @@ from grader.checks.attention_cases import (
 )
 from grader.checks.attention_corners import BASE, CUDA, FEATURE_OF, INPUTS, corners
 from grader.checks.attention_evidence import BLIND_TO_LUCK, RightCall, confirm, counterpart_right
-from grader.checks.base import Abort, ItemContext, Need, hypothesis_settings
+from grader.checks.base import AN_ALLOWED_VALUE, RETURNS_NORMALLY, Abort, ItemContext, Need, hypothesis_settings
 from grader.checks.dense import TOLERANCE_FLOOR, dense_attention, diagnose, tolerance
 from grader.checks.frame import tensor_digest
 from grader.checks.running import Explore, grade_item, run_item
@@ -97,8 +97,10 @@ def call(ctx: ItemContext, case: Case, keep: int | None = None) -> Called:
         kind = "not_implemented" if error.get("not_implemented") else "wrong" if error.get("rejected_return") else "error"
         if error.get("rejected_return"):  # our words, not the submission's: said in both languages
             said = Text(str(error.get("message_zh") or error.get("message"))[:300], str(error.get("message"))[:300])
-            return Called(Verdict(kind, f"paged_attention 的返回值不符合要求：{said.zh}", f"paged_attention returned a value the contract does not allow: {said.en}", actual=said), [], None)
-        return Called(Verdict(kind, f"paged_attention 意外抛出 {what}", f"paged_attention raised {what}", actual=what, traceback=str(error.get("traceback", ""))), [], None)
+            return Called(Verdict(kind, f"paged_attention 的返回值不符合要求：{said.zh}", f"paged_attention returned a value the contract does not allow: {said.en}",
+                                  expected=AN_ALLOWED_VALUE, actual=said), [], None)
+        return Called(Verdict(kind, f"paged_attention 意外抛出 {what}", f"paged_attention raised {what}", expected=RETURNS_NORMALLY, actual=what,
+                              traceback=str(error.get("traceback", ""))), [], None)
     value = reply.value if isinstance(reply.value, dict) else {}
     digests = value.get("input_digests") or {}
     changed = [n for n, a in inputs.items() if n in digests and digests[n] != digest(a)] if digests else []

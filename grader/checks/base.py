@@ -397,6 +397,11 @@ def raised(reply: Reply, builtin: str) -> bool:
     return not reply.ok and (builtin in error.get("isa", []) or error.get("type") == builtin)
 
 
+# What a call that raised, or returned what the contract rules out, should have done (a card's "expected").
+RETURNS_NORMALLY = Text("正常返回（不抛异常）", "returns normally (no exception)")
+AN_ALLOWED_VALUE = Text("约定允许的返回值", "a value the contract allows")
+
+
 def student_error(ctx: ItemContext, reply: Reply, what: str, todo_label: str) -> BaseException:
     """The exception to raise when a student's call raised unexpectedly."""
     error = reply.error or {}
@@ -415,6 +420,7 @@ def student_error(ctx: ItemContext, reply: Reply, what: str, todo_label: str) ->
             "wrong",
             f"{what} 的返回值不符合要求：{message_zh}",
             f"{what} returned a value the contract does not allow: {message}",
+            expected=AN_ALLOWED_VALUE,
             actual=Text(message_zh, message),
         )
     hint_zh = hint_en = ""
@@ -424,6 +430,7 @@ def student_error(ctx: ItemContext, reply: Reply, what: str, todo_label: str) ->
         "error",
         f"{what} 意外抛出 {etype}: {message}{hint_zh}",
         f"{what} raised {etype}: {message}{hint_en}",
+        expected=RETURNS_NORMALLY,
         actual=f"{etype}: {message}",
         traceback=str(error.get("traceback", "")),
     )
