@@ -20,7 +20,7 @@ import sys
 INERT_MODULES = frozenset({
     "math", "cmath", "torch", "numpy", "functools", "itertools", "operator", "collections", "typing", "typing_extensions",
     "dataclasses", "enum", "abc", "heapq", "bisect", "copy", "numbers", "fractions", "decimal", "statistics", "random",
-    "warnings", "time", "datetime", "logging", "traceback", "string", "re", "json", "pprint", "array", "einops", "tqdm", "matplotlib", "pandas",
+    "warnings", "time", "datetime", "logging", "string", "re", "json", "pprint", "array", "einops", "tqdm", "matplotlib", "pandas",
     "scipy", "seaborn",
     "__future__",
 })
@@ -35,7 +35,7 @@ DENIED_ATTRIBUTES = frozenset({
     "package", "serialization", "jit", "compile", "distributed", "cpp_extension", "imread", "imsave", "savefig", "read_csv",
     "read_json", "read_pickle", "read_parquet", "to_csv", "to_pickle", "user_ns", "user_global_ns", "shell", "modules",
     "f_globals", "f_locals", "f_back", "f_code", "gi_frame", "cr_frame", "ag_frame", "tb_frame", "tb_next", "open", "exec", "eval",
-    "execfile", "open_memmap", "npyio", "read_array", "walk_tb", "walk_stack", "StackSummary",
+    "execfile", "open_memmap", "npyio", "read_array",
 })
 # Dunders that lead from an object to the interpreter's insides (a function's globals, every class,
 # a builtin's module, frames, code): nothing reaches the notebook's names, a module or a file but
@@ -44,7 +44,7 @@ DENIED_ATTRIBUTES = frozenset({
 GATEWAY_DUNDERS = frozenset({
     "__globals__", "__builtins__", "__subclasses__", "__subclasshook__", "__code__", "__closure__", "__func__", "__self__",
     "__module__", "__bases__", "__base__", "__mro__", "__import__", "__loader__", "__spec__", "__getattribute__", "__getattr__",
-    "__reduce__", "__reduce_ex__", "__wrapped__", "__context__", "__cause__", "__defaults__", "__kwdefaults__",
+    "__reduce__", "__reduce_ex__", "__wrapped__", "__traceback__", "__context__", "__cause__", "__defaults__", "__kwdefaults__",
     "__objclass__", "__weakref__", "__getstate__", "__setstate__", "__getnewargs__", "__getnewargs_ex__", "__signature__",
     "__file__", "__path__", "__cached__", "__package__", "__all__", "__warningregistry__", "__init_subclass__", "__set_name__",
     "__class_getitem__", "__annotations__", "__orig_bases__", "__parameters__", "__type_params__",
