@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import ast
 import builtins
-import functools
-import importlib.util
 import re
-import sys
 
 # Modules whose contents are computation only, less DENIED_ATTRIBUTES (their file and system parts).
 INERT_MODULES = frozenset({
@@ -130,9 +127,7 @@ class _Checker(ast.NodeVisitor):
                     self._early_here() and top in EARLY_MODULES):
                 self._bind(alias.asname or top)  # the module's parts are checked where it is used
                 continue
-            if not _findable(top):
-                self.deny("import " + alias.name + " (not installed here: it may fail here and not in Jupyter)")
-            elif top not in INERT_MODULES or any(part in DENIED_ATTRIBUTES or part.startswith("_") and top != "__future__"
+            if top not in INERT_MODULES or any(part in DENIED_ATTRIBUTES or part.startswith("_") and top != "__future__"
                                                for part in alias.name.split(".")[1:]):
                 self.deny("import " + alias.name)
             self._bind(alias.asname or top)
@@ -143,9 +138,7 @@ class _Checker(ast.NodeVisitor):
             for alias in node.names:
                 self._bind(alias.asname or alias.name)
             return
-        if not node.level and module and not _findable(module.split(".")[0]):
-            self.deny("from " + module + " import (not installed here: it may fail here and not in Jupyter)")
-        elif node.level or module.split(".")[0] not in INERT_MODULES or any(p in DENIED_ATTRIBUTES for p in module.split(".")[1:]):
+        if node.level or module.split(".")[0] not in INERT_MODULES or any(p in DENIED_ATTRIBUTES for p in module.split(".")[1:]):
             self.deny("from " + ("." * node.level) + module + " import")
         for alias in node.names:
             if alias.name == "*" or alias.name in DENIED_ATTRIBUTES or alias.name.startswith("_") and module != "__future__":
@@ -355,22 +348,3 @@ def _partial_names(module: str, node: ast.ImportFrom) -> bool:
     if chains is None or node.level:
         return False
     return all(alias.name != "*" and (*rest, alias.name) in chains for alias in node.names)
-
-
-
-def _imported_modules(node: ast.Import | ast.ImportFrom) -> list[str]:
-    if isinstance(node, ast.ImportFrom):
-        return [node.module.split(".")[0]] if node.module and not node.level else []
-    return [alias.name.split(".")[0] for alias in node.names]
-
-
-@functools.cache
-def _findable(name: str) -> bool:
-    """Whether a top-level module is there without any command (the standard library, or installed)."""
-    if name in sys.stdlib_module_names or name in sys.builtin_module_names:
-        return True
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
-

@@ -6,9 +6,11 @@ grader call loads: each a `Source` with where it may be read.  Nothing here runs
 from __future__ import annotations
 
 import ast
+import functools
+import importlib.util
+import sys
 from dataclasses import dataclass
 
-from grader.plain_code import _findable, _imported_modules
 from grader.skipped_cells import (
     ALIASES,
     DISPLAYED,
@@ -360,3 +362,19 @@ def _writer(statements: list[tuple[int, ast.stmt]], command: Command) -> Source:
              if (_reads_files(node) or _reads_modules(node) or _reads_threads(node)) and command.follows(position, nested)}
     return Source(command.cell, command.line, command.text[:200], None, file_reads=reads)
 
+
+def _imported_modules(node: ast.Import | ast.ImportFrom) -> list[str]:
+    if isinstance(node, ast.ImportFrom):
+        return [node.module.split(".")[0]] if node.module and not node.level else []
+    return [alias.name.split(".")[0] for alias in node.names]
+
+
+@functools.cache
+def _findable(name: str) -> bool:
+    """Whether a top-level module is there without any command (the standard library, or installed)."""
+    if name in sys.stdlib_module_names or name in sys.builtin_module_names:
+        return True
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False

@@ -83,14 +83,13 @@ class _Notebook:
             self.statements += [(index, part) for part in parts]
             self.origin += [position] * len(parts)
         self.may_stop, self.first_skipped = may_stop, first_skipped
+        # `system_raise_on_error` (set however): a command raises in Jupyter when it fails, never here.
+        self.raising = any("raise_on_error" in ast.unparse(statement) for _, statement in statements)
         self.modules = module_names(self.statements)
         self.bound = [_bound_names(statement) for _, statement in self.statements]
         self.mentioned = [_mentions(statement) for _, statement in self.statements]
         self.changes_modules = [_module_changes(statement) for _, statement in self.statements]
         self.dynamic = {position for position, (_, statement) in enumerate(self.statements) if _dynamic(statement)}
-        # `system_raise_on_error` (set however: a name made at run time is a dynamic statement): a
-        # command raises in Jupyter when it fails, never here.
-        self.raising = bool(self.dynamic) or any("raise_on_error" in ast.unparse(statement) for _, statement in statements)
         self.binders: dict[str, list[int]] = {}
         for position, names in enumerate(self.bound):
             for name in names:
@@ -231,9 +230,6 @@ def _dynamic(statement: ast.stmt) -> bool:
                 return True
             if name in ("setattr", "delattr") and (len(arguments) < 2 or not isinstance(arguments[1], ast.Constant)):
                 return True
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("__setattr__", "__delattr__") and (
-                not node.args or not isinstance(node.args[0], ast.Constant)):
-            return True  # `ip.__setattr__(name, v)`, a name made at run time
         if isinstance(node, (ast.Subscript,)) and isinstance(node.ctx, (ast.Store, ast.Del)) and _namespace_like(node.value) and not (
                 isinstance(node.slice, ast.Constant)):
             return True
