@@ -59,7 +59,6 @@ class Source:
     output: bool = False  # a command's printed output, which the notebook captures: names and file_reads are where it is caught
     raises: bool = False  # commands that may raise in Jupyter (file_reads: those lines), never here
     kernel: bool = False  # the shell's state a skipped line changes (file_reads: the reads of it)
-    unvouched: str = ""  # not a skipped line: a statement the definitions depend on that is not plain, and what in it (skipped_plain)
 
 
 

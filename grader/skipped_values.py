@@ -60,7 +60,6 @@ from grader.skipped_cells import (
 )
 from grader.skipped_effects import _is_shell, _reads_files, _sources
 from grader.skipped_output import _stream_target
-from grader.skipped_plain import first_skipped_line, unvouched
 from grader.submission import Cell
 
 
@@ -102,9 +101,7 @@ def _analyse(cells: list[Cell]) -> Finding:
     VALUE_ALIASES.update(_magic_aliases(statements))
     functions = {s.name: s for _, s in statements if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
     read = []
-    sources = _sources(cells, statements)
-    tainted_by: list[set[str]] = []
-    for source in sources:
+    for source in _sources(cells, statements):
         tainted, everything = set(source.names), False
         changed = True
         while changed:  # a fixpoint: a name may be read before a later cell binds it (flow-insensitive)
@@ -116,39 +113,12 @@ def _analyse(cells: list[Cell]) -> Finding:
                 if not found <= tainted:
                     tainted |= found
                     changed = True
-        tainted_by.append(tainted)
         source.reads = _reads(statements, source, _direct(statements, source))
         if source.reads:
             source.depends = {"*"} if everything else {name for name in CONTRACT if name in tainted}
             if source.file_reads is None or source.depends:  # reads of files only shown or used elsewhere: not worth a note
                 read.append(source)
-    if any(not source.grader_line for source in sources) or first_skipped_line(statements) is not None:
-        read += _unvouched(cells, statements, sources, tainted_by, {name for s in read for name in s.depends})
     return Finding(read)
-
-
-def _unvouched(cells: list[Cell], statements: list[tuple[int, ast.stmt]], sources: list[Source], tainted_by: list[set[str]],
-               known: set[str]) -> list[Source]:
-    """The reverse reading (grader/skipped_plain.py): the contract's names whose definitions depend
-    on a statement that is not plain, in a notebook with skipped lines, each as a source of its own
-    (those already found to read a skipped value aside)."""
-    if "*" in known:
-        return []
-
-    def may_stop(position: int) -> bool:
-        statement = statements[position][1]
-        return any(_may_stop(statement, source, tainted) for source, tainted in zip(sources, tainted_by, strict=True))
-
-    lines = {cell.index: (cell.source or "").split("\n") for cell in cells}
-    first = min([(source.cell, source.line) for source in sources if not source.grader_line] + [
-        where for where in [first_skipped_line(statements)] if where is not None], default=None)
-    found = unvouched(statements, lines, {name: (name,) for name in CONTRACT if name not in known}, may_stop, first)
-    grouped: dict[tuple[int, int], Source] = {}
-    for name, where in found.items():
-        source = grouped.setdefault((where.cell, where.line), Source(where.cell, where.line, where.text, None, unvouched=where.why,
-                                                                      reads=[(where.cell, where.line)]))
-        source.depends.add(name)
-    return list(grouped.values())
 
 
 def _stopped(statements: list[tuple[int, ast.stmt]], position: int, source: Source, tainted: set[str]) -> set[str]:
@@ -348,17 +318,6 @@ def notes(finding: Finding, todos: dict[str, tuple[str, ...]]) -> list[Text]:
     for source in finding.sources[:10]:
         reads_zh = "、".join(f"第 {c} 个代码单元第 {line} 行" for c, line in source.reads)
         reads_en = ", ".join(f"code cell {c}, line {line}" for c, line in source.reads)
-        if source.unvouched:
-            out.append(Text(
-                f"第 {source.cell} 个代码单元第 {source.line} 行 `{source.text}`：{', '.join(sorted(source.depends))} 的定义依赖这条语句，"
-                f"而它用了 `{source.unvouched}`；笔记本里有评分时不运行的行时，评分器只为只用笔记本自己的名字、torch、math、numpy 等计算模块和常量的定义担保"
-                f"（请把它写成这样，或去掉不运行的行）",
-                f"code cell {source.cell}, line {source.line}: `{source.text}`: the definitions of {', '.join(sorted(source.depends))} depend "
-                f"on it, and it uses `{source.unvouched}`; in a notebook with lines that do not run while grading, the grader vouches only "
-                f"for definitions that use the notebook's own names, torch, math, numpy and the like, and constants (write it so, or "
-                f"remove the lines that do not run)",
-            ))
-            continue
         if source.grader_line:
             out.append(Text(
                 f"第 {source.cell} 个代码单元第 {source.line} 行 `{source.text}` 调用评分器，评分时被去掉（Jupyter 中它会载入评分器），"
@@ -433,33 +392,7 @@ def apply(items: list[ItemResult], finding: Finding, todos: dict[str, tuple[str,
     affected = set(affected_todos(finding, todos))
     if not affected or not finding.sources:
         return items
-    out = []
-    for item in items:
-        if item.todo not in affected or item.status != PASSED:
-            out.append(item)
-            continue
-        names = set(todos.get(item.todo, ()))
-        source = next((s for s in finding.sources if "*" in s.depends or s.depends & names), finding.sources[0])
-        out.append(ItemResult(item.id, item.todo, item.title, item.weight, FAILED, _no_credit(source), item.examples, item.seconds,
-                              item.exercised, item.random_cases))
-    return out
-
-
-def _no_credit(source: Source) -> Failure:
-    """Why an item of a TODO whose definitions depend on `source` gets no points."""
-    if source.unvouched:
-        return Failure(
-            "skipped_value",
-            Text(
-                f"本项不计分：定义依赖第 {source.cell} 个代码单元第 {source.line} 行 `{source.text}`，它用了 `{source.unvouched}`；"
-                f"笔记本里有评分时不运行的行，评分器无法担保 Jupyter 运行的与评分的是同一份代码（请只用笔记本自己的名字、计算模块和常量，或去掉不运行的行）",
-                f"no credit for this item: the definitions depend on `{source.text}` (code cell {source.cell}, line {source.line}), which "
-                f"uses `{source.unvouched}`; with lines in the notebook that do not run while grading, the grader cannot vouch that what "
-                f"Jupyter runs is what is graded (use only the notebook's own names, the numeric modules and constants, or remove the "
-                f"lines that do not run)",
-            ),
-            actual=source.text,
-        )
+    source = finding.sources[0]
     what_zh, what_en = "的值", "the value of"
     if source.grader_line:
         what_zh, what_en = "所载入的模块", "the modules loaded by"
@@ -471,13 +404,21 @@ def _no_credit(source: Source) -> Failure:
         what_zh, what_en = "所打印并被捕获的输出", "the captured printed output of"
     elif source.file_reads is not None:
         what_zh, what_en = "可能写下的文件", "the files written by"
-    return Failure(
-        "skipped_value",
-        Text(
-            f"本项不计分：定义依赖第 {source.cell} 个代码单元第 {source.line} 行 `{source.text}` {what_zh}，该行在评分时不运行"
-            f"（Jupyter 中它会运行）：无法评分 Jupyter 实际运行的代码",
-            f"no credit for this item: the definitions depend on {what_en} `{source.text}` (code cell {source.cell}, line {source.line}), "
-            f"which does not run while grading (in Jupyter it does): what Jupyter runs cannot be graded",
-        ),
-        actual=source.text,
-    )
+    out = []
+    for item in items:
+        if item.todo not in affected or item.status != PASSED:
+            out.append(item)
+            continue
+        failure = Failure(
+            "skipped_value",
+            Text(
+                f"本项不计分：定义依赖第 {source.cell} 个代码单元第 {source.line} 行 `{source.text}` {what_zh}，该行在评分时不运行"
+                f"（Jupyter 中它会运行）：无法评分 Jupyter 实际运行的代码",
+                f"no credit for this item: the definitions depend on {what_en} `{source.text}` (code cell {source.cell}, line {source.line}), "
+                f"which does not run while grading (in Jupyter it does): what Jupyter runs cannot be graded",
+            ),
+            actual=source.text,
+        )
+        out.append(ItemResult(item.id, item.todo, item.title, item.weight, FAILED, failure, item.examples, item.seconds,
+                              item.exercised, item.random_cases))
+    return out

@@ -23,7 +23,6 @@ def _read(*cells: str) -> list[tuple[str, list[tuple[int, int]]]]:
 
 
 STUBS = "def paged_attention(q, k, v, b, s):\n    raise NotImplementedError"
-ANY_NAME = ["todo1", "todo2", "todo3", "todo4", "todo5"]  # a line that may bind or read any name (grader/skipped_plain.py)
 RIGHT = "def paged_attention(q, k, v, b, s):\n    return q"
 
 
@@ -46,9 +45,9 @@ RIGHT = "def paged_attention(q, k, v, b, s):\n    return q"
         # a displayed value read by another name than `_` or Out (red team 14)
         (("!!echo hi", "stub = bool(_1)", "def paged_attention(q, k, v, b, s):\n    if stub:\n        raise NotImplementedError\n    return q"), ["todo5"]),
         (("!!echo hi", "stub = bool(get_ipython().user_ns['_'])", "def paged_attention(q, k, v, b, s):\n    return None if stub else q"), ["todo5"]),
-        (("!!echo hi", "stub = bool(globals()['_'])", "def paged_attention(q, k, v, b, s):\n    return None if stub else q"), ANY_NAME),
+        (("!!echo hi", "stub = bool(globals()['_'])", "def paged_attention(q, k, v, b, s):\n    return None if stub else q"), ["todo5"]),
         (("!!echo hi", "import sys", "stub = bool(sys.modules['__main__']._)", "def paged_attention(q, k, v, b, s):\n    return None if stub else q"), ["todo5"]),
-        (("!!echo hi", "stub = bool(eval('_1'))", "def paged_attention(q, k, v, b, s):\n    return None if stub else q"), ANY_NAME),
+        (("!!echo hi", "stub = bool(eval('_1'))", "def paged_attention(q, k, v, b, s):\n    return None if stub else q"), ["todo5"]),
         (("!!echo hi", "stub = bool(get_ipython().displayhook.shell.history_manager.output_hist)", "def paged_attention(q, k, v, b, s):\n    return None if stub else q"), ["todo5"]),
     ],
 )
@@ -271,7 +270,7 @@ def test_a_caught_output_is_said() -> None:
     ],
 )
 def test_catchers_reached_by_other_names_cost_their_todo(cells: tuple[str, ...]) -> None:
-    assert _todos(*cells) in (["todo5"], ANY_NAME)  # every TODO where a name is made at run time (setattr, __dict__.update)
+    assert _todos(*cells) == ["todo5"]
 
 
 @pytest.mark.parametrize(
@@ -295,7 +294,7 @@ def test_catchers_reached_by_other_names_cost_their_todo(cells: tuple[str, ...])
     ],
 )
 def test_skipped_effects_reached_by_other_routes_cost_their_todo(cells: tuple[str, ...]) -> None:
-    assert _todos(*cells) in (["todo5"], ANY_NAME)  # every TODO where the namespace itself is read (globals())
+    assert _todos(*cells) == ["todo5"]
 
 
 @pytest.mark.parametrize(
@@ -395,7 +394,7 @@ def test_an_objects_own_attributes_are_not_the_notebooks_names() -> None:
     for first in (lab, "!pip install tqdm", "!ls"):
         cells = strip_check_calls([Cell(1, first), Cell(2, manager)])
         assert skipped_values.affected_todos(skipped_values.analyse(cells), REQUIRED_NAMES) == [], first
-    assert _todos("!ls", "class KVCacheManager:\n    names = vars()") == ANY_NAME  # the namespace itself: any name may be read or bound
+    assert _todos("!ls", "class KVCacheManager:\n    names = vars()") == ["todo2", "todo3", "todo4"]  # the namespace itself
 
 
 def test_taking_the_shell_or_storing_into_it_does_not_stop_a_cell() -> None:

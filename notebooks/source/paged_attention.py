@@ -28,19 +28,6 @@
 # across block boundaries, rebuilding the logical cache from a block table, and decode-time attention
 # that reads the cache through the block tables (GQA, several dtypes).
 
-# %% [markdown]
-# **评分时不运行的行**：shell 命令（`!cmd`、`%%bash`）、安装（`%pip`）和调试器在评分时不运行。笔记本里有这样的行时，
-# 评分器只为“朴素”的定义担保：各 TODO 的定义以及它们所依赖的语句，只用笔记本自己的名字、torch、math、numpy
-# 等计算模块（不含其中读文件、碰系统的部分）和常量。依赖 `_`、`Out`、`_exit_code`、`get_ipython()`、`open`、
-# `os.listdir`、`subprocess` 之类的定义不计分，成绩单会指出是哪一行。
-#
-# **Lines that do not run while grading**: shell commands (`!cmd`, `%%bash`), installs (`%pip`) and debuggers do
-# not run while grading. In a notebook that has such lines, the grader vouches only for plain definitions: the
-# TODOs' definitions, and the statements they depend on, use only the notebook's own names, the numeric modules
-# (torch, math, numpy, ...; not their parts that read files or reach the system) and constants. A definition
-# that depends on `_`, `Out`, `_exit_code`, `get_ipython()`, `open`, `os.listdir`, `subprocess` and the like
-# gets no points, and the scorecard names the line.
-
 # %% module
 import math
 
