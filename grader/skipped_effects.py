@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import functools
 import importlib.util
+import re
 import sys
 from dataclasses import dataclass
 
@@ -58,6 +59,7 @@ def _sources(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) -> list[
                 shell = (index, line)
     if shell is not None:
         found.append(Source(shell[0], shell[1], "_exit_code", None, {"_exit_code"}))
+    found += _expansions(cells, statements)
     command = _first_command(cells, statements)
     if command is not None:
         found.append(_writer(statements, command))
@@ -334,7 +336,10 @@ def _raisers(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) -> Sourc
     around one, and the rest of a cell after one, depend on whether it raised."""
     aliases = _aliases(statements)
     lines = {cell.index: (cell.source or "").split("\n") for cell in cells}
-    raising = any("raise_on_error" in (cell.source or "") for cell in cells)
+    # Set in the source, or by a `%config` line IPython expands (`system_raise_{'on'}_error`: red team 39).
+    raising = any("raise_on_error" in (cell.source or "") for cell in cells) or any(
+        _is_method_call(node, "run_line_magic") and node.args and _constant(node.args[0]) == "config"  # type: ignore[attr-defined]
+        and any(c in (_constant(node.args[1]) or "{") for c in "{$") for _, statement in statements for node in ast.walk(statement))
     found = [(index, node) for index, statement in statements for node in ast.walk(statement)
              if _is_method_call(node, "run_cell_magic") and node.args and _constant(node.args[0]) in SHELL_CELL_MAGICS  # type: ignore[attr-defined]
              or _is_method_call(node, "run_line_magic") and node.args and _constant(node.args[0]) in RAISING_MAGICS  # type: ignore[attr-defined]
@@ -378,3 +383,32 @@ def _findable(name: str) -> bool:
         return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
         return False
+
+
+EXPANDED = re.compile(r"(?<!\{)\{([^{}]+)\}(?!\})")
+
+
+def _expansions(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) -> list[Source]:
+    """A skipped line's `{expression}`: IPython evaluates it in the notebook's namespace when it runs
+    the line, in Jupyter only (red team 39: `!echo {CFG.update(bug=True)}`).  What the expression
+    names may be changed there: each is a name the line may set."""
+    lines = {cell.index: (cell.source or "").split("\n") for cell in cells}
+    found: list[Source] = []
+    for index, statement in statements:
+        for node in ast.walk(statement):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in SHELL_METHODS | {
+                    "run_line_magic", "run_cell_magic"}):
+                continue
+            texts = [t for t in (_constant(a) for a in node.args[:2]) if isinstance(t, str)]
+            names: set[str] = set()
+            for text in texts:
+                for expression in EXPANDED.findall(text):
+                    try:
+                        parsed = ast.parse(expression.strip(), mode="eval")
+                    except (SyntaxError, ValueError, RecursionError, MemoryError):
+                        continue
+                    if not isinstance(parsed.body, ast.Name):  # `{pkg}` only shows a value
+                        names |= {n.id for n in ast.walk(parsed) if isinstance(n, ast.Name)}
+            if names:
+                found.append(Source(index, getattr(node, "lineno", 1), line_text(lines, index, node)[:200], None, names))
+    return found

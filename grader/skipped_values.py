@@ -221,6 +221,8 @@ def _reads_displayed(node: ast.AST, source: Source) -> bool:
     `history_manager`) or code run from a string (`eval("_1")`)."""
     if not source.names:
         return False
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.strip() in source.names:
+        return True  # the name in a string read at run time: `getattr(m, '_exit_code')`, an annotation `'_exit_code'` (red team 39)
     if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
         return ("_" in source.names and DISPLAY_NUMBER.fullmatch(node.id) is not None) or node.id == "__main__"
     if isinstance(node, ast.Attribute):
@@ -240,12 +242,12 @@ def _taints(statement: ast.stmt, source: Source, tainted: set[str], functions: d
     everything = False
     for node in ast.walk(statement):
         if isinstance(node, (ast.If, ast.While, ast.IfExp)) and _tainting(node.test, source, tainted):
-            found |= _bound(node)  # whatever is bound under such a test depends on it
+            found |= _bound(node) | _changed(node)  # whatever is bound or changed under such a test depends on it
         elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)) and _tainting(node.iter, source, tainted):
-            found |= _bound(node)
+            found |= _bound(node) | _changed(node)
         elif isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))) and (
                 any(_tainting(b, source, tainted) for b in node.body) or _tainting(node, source, tainted) and _reads_files(node)):
-            found |= _bound(node)  # whether the body raised (`x[0]` of an empty list, a missing file) picks what is bound
+            found |= _bound(node) | _changed(node)  # whether the body raised (`x[0]` of an empty list, a missing file) picks what is bound
         elif isinstance(node, (ast.With, ast.AsyncWith)) and (any(_tainting(item.context_expr, source, tainted) for item in node.items)
                                                              or id(node) in (source.file_reads or set())):  # `with suppress(ImportError): import m`
             found |= _bound(node)
@@ -259,7 +261,8 @@ def _taints(statement: ast.stmt, source: Source, tainted: set[str], functions: d
             found.add(node.target.id)
         elif id(node) in (source.file_reads or ()) and _runs_script(node):
             everything = True  # `%run m.py` of a script a command may have written binds any name (red team 36)
-        elif isinstance(node, ast.Call) and any(_tainting(arg, source, tainted) for arg in [*node.args, *(k.value for k in node.keywords)]):
+        elif isinstance(node, ast.Call) and any(_tainting(arg, source, tainted) and not isinstance(arg, ast.Constant)
+                                                for arg in [*node.args, *(k.value for k in node.keywords)]):
             function = node.func
             if isinstance(function, ast.Name) and function.id in EVERYTHING or _namespace(function):
                 everything = True
@@ -276,6 +279,39 @@ def _runs_script(node: ast.AST) -> bool:
     """`%run m.py` (also `%run -i`): the script's names become the notebook's."""
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "run_line_magic" and bool(node.args) and (
         isinstance(node.args[0], ast.Constant) and node.args[0].value == "run")
+
+
+def _changed(node: ast.AST) -> set[str]:
+    """The names whose objects a block may change without binding them (red team 39: `setattr(math,
+    'sqrt', f)`, `[math][0].sqrt = f` under a test of a skipped value): every name in a store's
+    target, setattr's and delattr's object, and a method's receiver (`torch.set_default_dtype`)."""
+    names: set[str] = set()
+    if isinstance(node, ast.IfExp):
+        block: list[ast.AST] = [node.body, node.orelse]
+    else:
+        block = [s for field in ("body", "orelse", "finalbody") for s in getattr(node, field, []) if isinstance(s, ast.AST)]
+        block += [s for handler in getattr(node, "handlers", []) for s in handler.body]
+    for n in (m for statement in block for m in _walk_here(statement)):
+        if isinstance(n, (ast.Attribute, ast.Subscript)) and isinstance(n.ctx, (ast.Store, ast.Del)):
+            names |= {m.id for m in ast.walk(n.value) if isinstance(m, ast.Name)}
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("setattr", "delattr") and n.args:
+            names |= {m.id for m in ast.walk(n.args[0]) if isinstance(m, ast.Name)}
+        elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and _base_name(n.func.value):
+            names.add(_base_name(n.func.value) or "")
+    return names - {"", "print", "sys"}
+
+
+def _walk_here(node: ast.AST) -> list[ast.AST]:
+    """The nodes that run where the block runs: not the bodies of the functions and classes it defines."""
+    out, stack = [], [node]
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            stack.extend([*n.decorator_list, *getattr(n, "bases", [])])
+        elif not isinstance(n, ast.Lambda):
+            stack.extend(ast.iter_child_nodes(n))
+    return out
 
 
 def _direct(statements: list[tuple[int, ast.stmt]], source: Source) -> set[str]:

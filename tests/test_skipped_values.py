@@ -491,3 +491,44 @@ def test_a_script_run_after_a_command_may_bind_any_name() -> None:
     cells = ("!echo 'probe = True' > setup_rt36.py", "probe = False\n%run setup_rt36.py", _branch("probe", STUBS, RIGHT))
     assert _todos(*cells) == ["todo1", "todo2", "todo3", "todo4", "todo5"]
     assert _todos("%run setup_rt36.py", RIGHT) == []  # no command before it: the script is the notebook's own
+
+
+@pytest.mark.parametrize(
+    "cells",
+    [
+        # red team 39: an expansion in a skipped line, a module changed under a test, a name in a string, more readers of files
+        ("CFG = {'bug': False}", "!echo preparing {CFG.update(bug=True)}", _branch("CFG['bug']", STUBS, RIGHT)),
+        ("import math", "r = !echo hi\nif r:\n    setattr(math, 'sqrt', float)", "def paged_attention(q, k, v, b, s):\n    return q * math.sqrt(4)"),
+        ("import math", "r = !echo hi\nif r:\n    [math][0].sqrt = float", "def paged_attention(q, k, v, b, s):\n    return q * math.sqrt(4)"),
+        ("!nvidia-smi -L", "import typing\ndef _probe(x: '_exit_code'): pass\nBUG = typing.get_type_hints(_probe)['x'] != 0", _branch("BUG", STUBS, RIGHT)),
+        ("!echo 1 > flag", "import traceback\nBUG = bool(traceback.FrameSummary('flag', 1, 'x').line)", _branch("BUG", STUBS, RIGHT)),
+        ("!echo 1 > flag", "import logging\ntry:\n    BUG = bool(logging.FileHandler('flag', mode='r').stream.read())\nexcept OSError:\n    BUG = False",
+         _branch("BUG", STUBS, RIGHT)),
+        ("!echo 1 > flag", "import pandas\nBUG = len(pandas.read_table('flag', header=None)) > 0", _branch("BUG", STUBS, RIGHT)),
+        ("%pylab inline", "!echo 1 > flag", "BUG = fromregex('flag', r'(\\d)', [('a', int)]).size > 0", _branch("BUG", STUBS, RIGHT)),
+        ("%config InteractiveShell.system_raise_{'on'}_error = True", f"BUG = True\n!nvidia-smi -L\nBUG = False", _branch("BUG", STUBS, RIGHT)),
+    ],
+)
+def test_red_team_39s_routes_cost_their_todo(cells: tuple[str, ...]) -> None:
+    assert "todo5" in _todos(*cells)
+
+
+def test_realistic_definitions_beside_a_command_cost_nothing() -> None:
+    """Red team 39's correct notebooks that a stricter reading failed: nonlocal helpers, a message
+    template, contextlib, logging, a global counter, a SimpleNamespace config, beside `!nvidia-smi`."""
+    body = ("import contextlib, logging, types\nlog = logging.getLogger('kv')\nCFG = types.SimpleNamespace(eps=0.0)\nTEMPLATE = 'need {} blocks'\n"
+            "COUNT = 0\ndef paged_attention(q, k, v, b, s):\n    global COUNT\n    COUNT += 1\n    total = 0\n    def add(x):\n        nonlocal total\n"
+            "        total += x\n    add(1)\n    with contextlib.nullcontext():\n        log.debug(TEMPLATE.format(total))\n    return q + CFG.eps")
+    assert _todos("!nvidia-smi", body) == []
+    assert _todos("%pip install einops", "!echo {1 + 1}", RIGHT) == []  # an expansion that names nothing
+
+
+def test_the_solution_notebook_with_its_own_cells_behind_skipped_lines_costs_nothing() -> None:
+    """The notebook's own cells (the self-checks format a failure's traceback, the lab cell imports
+    the grader) around a student's install, command and debugger lines cost nothing."""
+    from grader.checkcalls import strip_check_calls
+
+    cells = load_submission(CORPUS.parent.parent / "notebooks" / "paged_attention_solution.ipynb", 1 << 24).cells
+    before = [Cell(1, "!pip install tqdm"), Cell(2, "%%capture\n%pip install numpy"), Cell(3, "!nvidia-smi"), Cell(4, "%pdb off")]
+    notebook = strip_check_calls(before + [Cell(c.index + 4, c.source) for c in cells])
+    assert skipped_values.affected_todos(skipped_values.analyse(notebook), REQUIRED_NAMES) == []
