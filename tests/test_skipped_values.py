@@ -506,7 +506,7 @@ def test_a_script_run_after_a_command_may_bind_any_name() -> None:
          _branch("BUG", STUBS, RIGHT)),
         ("!echo 1 > flag", "import pandas\nBUG = len(pandas.read_table('flag', header=None)) > 0", _branch("BUG", STUBS, RIGHT)),
         ("%pylab inline", "!echo 1 > flag", "BUG = fromregex('flag', r'(\\d)', [('a', int)]).size > 0", _branch("BUG", STUBS, RIGHT)),
-        ("%config InteractiveShell.system_raise_{'on'}_error = True", f"BUG = True\n!nvidia-smi -L\nBUG = False", _branch("BUG", STUBS, RIGHT)),
+        ("%config InteractiveShell.system_raise_{'on'}_error = True", "BUG = True\n!nvidia-smi -L\nBUG = False", _branch("BUG", STUBS, RIGHT)),
     ],
 )
 def test_red_team_39s_routes_cost_their_todo(cells: tuple[str, ...]) -> None:

@@ -270,8 +270,9 @@ def _derived(got: dict[str, Any], want: dict[str, int], d: dict[str, int]) -> di
     for name, source, times in (("kv_bytes_per_block", "kv_bytes_per_token", d["block_size"]),
                                 ("total_cache_bytes", "kv_bytes_per_block", d["num_blocks"])):
         value = got.get(source)
-        # Positive only: 0 (a stub, a constant) times anything is 0, which pays nothing.
-        if type(value) is int and value > 0 and value != want[source]:
+        # Not 0: 0 (a stub, a constant) times anything is 0, which pays nothing.  A negative figure
+        # (an int64 product that wrapped) is the submission's own as much as a positive one (blind 38, 40).
+        if type(value) is int and value != 0 and value != want[source]:
             derived[name] = (value * times, f"ledger[{source!r}] * {times}")
     return derived
 
