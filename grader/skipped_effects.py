@@ -235,10 +235,10 @@ def _first_command(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) ->
     return at
 
 
-SKIPPED_MAGICS = frozenset({"pdb", "debug", "pastebin", "qtconsole"})
+SKIPPED_MAGICS = frozenset({"pdb", "debug", "pastebin", "qtconsole"})  # skipped line magics that are not commands
 # Skipped line magics that raise in Jupyter where they cannot work (red team 36: `%pastebin -z 1` a
 # UsageError, `%conda` outside conda a ValueError, `%debug` asks for input a kernel refuses).
-RAISING_MAGICS = frozenset({"pastebin", "conda", "mamba", "micromamba", "debug", "qtconsole"})  # skipped line magics that are not commands
+RAISING_MAGICS = frozenset({"pastebin", "conda", "mamba", "micromamba", "debug", "qtconsole"})
 RUNS_A_LINE = frozenset({"run_line_magic", "run_cell_magic", "system", "system_piped", "system_raw", "getoutput", "magic"})
 
 
