@@ -36,7 +36,7 @@ FILE_READS = frozenset({
     "read_json", "read_pickle", "read_parquet", "spec_from_file_location", "find_spec", "import_module", "run_path", "getline",
     "getlines", "fromregex", "to_filehandle", "FileHandler", "FrameSummary", "checkcache", "lazycache", "read_table", "read_fwf",
     "read_excel", "read_html", "read_xml", "read_sql", "read_hdf", "read_feather", "read_orc", "read_sas", "read_spss", "read_stata",
-    "read_clipboard", "imread", "loadmat", "open_memmap", "memmap", "fromstring_file",
+    "read_clipboard", "imread", "loadmat", "open_memmap", "memmap",
 })  # red team 39 read the marker through traceback, matplotlib.cbook, logging and pandas
 SAFE_CALLS = SHOWN_ONLY | {"exists", "lexists", "isfile", "isdir", "islink", "ismount", "is_file", "is_dir", "is_symlink", "access",
                             "Path", "join"}  # calls that do not raise on a missing file
