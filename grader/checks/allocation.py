@@ -99,6 +99,9 @@ DECODE_CORNERS: tuple[Program, ...] = (
     # a request grown, released and let go of (`del r0`): the next Request, maybe at its address, is a stranger
     (("pool", 4, 2, 1), *_placed((3, 0, (0, 1))), ("decode", 0), ("decode", 0), ("release", 0), ("forget", 0), *_placed((1, 1, (0,))),
      ("decode", 1), ("decode", 1), ("decode", 1), ("decode", 1)),
+    # the same, then the pool filled: the new request's decode past its blocks is an OOM, whatever the dead one held
+    (("pool", 3, 2, 1), *_placed((3, 0, (0, 1))), ("decode", 0), ("decode", 0), ("release", 0), ("forget", 0),
+     *_placed((4, 1, (0, 0)), (1, 2, (0,))), ("decode", 1), ("decode", 2), ("decode", 1)),
     # block size 5, interleaved, non-contiguous free list
     (("pool", 4, 5, 1), *_placed((5, 0, (2,)), (9, 1, (0, 1))), ("decode", 0), ("decode", 1), ("decode", 1), *(("decode", 0),) * 5),
     # block size 7, a long run of decodes in one block
