@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -184,12 +185,15 @@ def test_a_grader_failure_in_check_is_a_message(monkeypatch: pytest.MonkeyPatch,
     assert "the grader itself failed (not your fault)" in capsys.readouterr().err
 
 
-def _processes_mentioning(text: str) -> list[int]:
+def _processes_mentioning(text: str, marker: str = "") -> list[int]:
+    """Processes whose command line mentions `text` (and whose environment holds `marker`: this
+    test's own, not those another test file's check starts meanwhile in the other worker)."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if text in (entry / "cmdline").read_bytes().decode("utf-8", "replace"):
+                if text in (entry / "cmdline").read_bytes().decode("utf-8", "replace") and (
+                        not marker or marker.encode() in (entry / "environ").read_bytes()):
                     found.append(int(entry.name))
             except OSError:
                 continue
@@ -200,11 +204,14 @@ def _processes_mentioning(text: str) -> list[int]:
 def test_an_interrupted_check_leaves_nothing_running() -> None:
     # Ctrl-C in the notebook arrives as KeyboardInterrupt while the kernel waits; a timeout the same way.
     started = time.monotonic()
-    with pytest.raises(subprocess.TimeoutExpired):
-        notebook.grade_history([(1, "import time\ntime.sleep(120)")], "nb.ipynb", ["todo1"], timeout=4)
+    marker = f"PA_TEST_INTERRUPTED={os.getpid()}-{time.time_ns()}"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PA_TEST_INTERRUPTED", marker.split("=", 1)[1])  # what the check's processes inherit
+        with pytest.raises(subprocess.TimeoutExpired):
+            notebook.grade_history([(1, "import time\ntime.sleep(120)")], "nb.ipynb", ["todo1"], timeout=4)
     time.sleep(1)
     assert time.monotonic() - started < 60
-    assert _processes_mentioning("grader.notebook") == [] and _processes_mentioning("pa-check-") == []
+    assert _processes_mentioning("grader.notebook", marker) == [] and _processes_mentioning("pa-check-", marker) == []
 
 
 CHECK_CELL = """import json, grader
