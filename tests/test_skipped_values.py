@@ -532,3 +532,82 @@ def test_the_solution_notebook_with_its_own_cells_behind_skipped_lines_costs_not
     before = [Cell(1, "!pip install tqdm"), Cell(2, "%%capture\n%pip install numpy"), Cell(3, "!nvidia-smi"), Cell(4, "%pdb off")]
     notebook = strip_check_calls(before + [Cell(c.index + 4, c.source) for c in cells])
     assert skipped_values.affected_todos(skipped_values.analyse(notebook), REQUIRED_NAMES) == []
+
+
+def _stripped_todos(*cells: str) -> list[str]:
+    """As grading reads a notebook: its grader calls taken out first (checkcalls)."""
+    from grader.checkcalls import strip_check_calls
+
+    finding = skipped_values.analyse(strip_check_calls([Cell(i + 1, c) for i, c in enumerate(cells)]))
+    return skipped_values.affected_todos(finding, REQUIRED_NAMES)
+
+
+WRONG = "def paged_attention(q, k, v, b, s):\n    return None"
+
+
+@pytest.mark.parametrize(
+    "cells",
+    [
+        # code taken out with a grader call runs in Jupyter (red team 42: the `finally` of a `try: import grader`)
+        (RIGHT, "try:\n    import grader\nexcept ImportError:\n    pass\nfinally:\n    " + WRONG.replace("\n", "\n    ")),
+        (RIGHT, "try:\n    import grader\nexcept ImportError:\n    pass\nelse:\n    " + WRONG.replace("\n", "\n    ")),
+        (RIGHT, "import grader\nif grader.check():\n    " + WRONG.replace("\n", "\n    ")),
+        (RIGHT, "try:\n    import grader\nfinally:\n    globals()['paged_attention'] = None"),
+        (RIGHT, "import grader\ngrader.check()", "if any('check(' in s for s in In):\n    " + WRONG.replace("\n", "\n    ")),
+        (RIGHT, "import grader\ngrader.check()", "if _i2:\n    " + WRONG.replace("\n", "\n    ")),
+        (RIGHT, "import grader\ngrader.check()", "h = get_ipython().history_manager\nif h:\n    " + WRONG.replace("\n", "\n    ")),
+        # %load of a URL raises in Jupyter without a network (red team 42)
+        (RIGHT, "try:\n    %load https://course.invalid/x.py\nexcept Exception:\n    " + WRONG.replace("\n", "\n    ")),
+        # after %rehashx any program is an alias (red team 42)
+        ("%rehashx", "%touch .marker", "import os", "if os.path.exists('.marker'):\n    " + WRONG.replace("\n", "\n    ")),
+        # a module written under a quoted or expanded name, or an .ipy file %run (red team 42)
+        ("%%writefile \"helper.py\"\nfrom IPython import get_ipython\nHAS = bool(get_ipython().getoutput('echo ok'))", "import helper",
+         "if helper.HAS:\n    " + WRONG.replace("\n", "\n    ")),
+        ("name = 'kv_helper.py'", "%%writefile {name}\nfrom IPython import get_ipython\nHAS = bool(get_ipython().getoutput('echo ok'))",
+         "import kv_helper", "if kv_helper.HAS:\n    " + WRONG.replace("\n", "\n    ")),
+        ("%%writefile setup.ipy\nprobe = !echo ok", "%run setup.ipy", "if probe:\n    " + WRONG.replace("\n", "\n    ")),
+        # a command's file shadows an installed module in Jupyter (red team 42)
+        ("!echo 'FLAG = 1' > jinja2.py", "import jinja2", "if hasattr(jinja2, 'FLAG'):\n    " + WRONG.replace("\n", "\n    ")),
+    ],
+)
+def test_red_team_42s_routes_cost_their_todo(cells: tuple[str, ...]) -> None:
+    assert "todo5" in _stripped_todos(*cells)
+
+
+@pytest.mark.parametrize(
+    "check_cell",
+    [
+        "import grader\ngrader.check()",
+        "try:\n    import grader\n    result = grader.check()\n    print(result)\nexcept Exception as error:\n    print('the check failed:', error)",
+        "try:\n    import grader\nexcept ImportError:\n    import sys\n    sys.path.insert(0, '..')\n    import grader\ngrader.check()",
+        "try:\n    import grader\nexcept ImportError:\n    !pip install -q grader\n    import grader\ngrader.check()",
+        "def run_checks():\n    import grader\n    return grader.check()\n\nrun_checks()",
+        "import grader\nif __name__ == '__main__':\n    report = grader.check()\n    print(f'{report}')",
+        "import grader\nresult = grader.check()\nfor item in result.items:\n    print(item.id, item.status)\n"
+        "failed = [i.id for i in result.items if i.status != 'passed']",
+    ],
+)
+def test_realistic_check_cells_cost_nothing(check_cell: str) -> None:
+    """How students wrap the last cell: nothing in it changes a definition, so nothing is flagged,
+    also with a shown value read in the definitions' cells (`_`), and with the definitions'
+    locals named as the check cell's names (`result`, `item`, `i`: a function's own)."""
+    local = ("def paged_attention(q, k, v, b, s):\n    result, failed = q, []\n    for item in [1]:\n        failed.append(item)\n"
+             "    return [result for i in range(1)][0]")
+    assert _stripped_todos("!nvidia-smi", RIGHT, "xs = [1 for _ in range(3)]", check_cell) == []
+    assert _stripped_todos(check_cell, "import torch\n" + RIGHT) == []
+    assert _stripped_todos("!nvidia-smi", local, check_cell) == []
+
+
+def test_realistic_commands_that_name_files_cost_nothing() -> None:
+    """An install of a package, a script run, a data folder: a module imported after them is the installed one."""
+    assert _stripped_todos("!pip install -q numpy", "!python -c 'import torch; print(torch.__version__)'", "!ls data/", "!python train.py",
+                           "import torch\nimport numpy\n" + RIGHT) == []
+
+
+def test_a_comprehension_over_such_a_value_changes_what_it_changes_not_its_loop_names() -> None:
+    """Its loop names are its own: a function's local of the same name does not depend on it;
+    what it writes into the namespace, or a method it calls on a notebook's object, does."""
+    local = "def paged_attention(q, k, v, b, s):\n    i = 0\n    return q if i == 0 else None"
+    assert _todos("out = !ls", "shown = [i.upper() for i in out]", local) == []
+    assert "todo5" in _todos(RIGHT, "out = !ls", "[globals().__setitem__('paged_attention', v) for v in out]")
+    assert "todo5" in _todos("CFG = {}", "out = !ls", "[CFG.update(k=v) for v in out]", "def paged_attention(q, k, v, b, s):\n    return CFG")
