@@ -31,7 +31,6 @@ class Cell:
     index: int  # position among the notebook's code cells, from 1, as a student counts them
     source: str  # as typed: what the sandbox runs
     stripped: tuple[int, str] | None = None  # the first line a grader call was taken out of (checkcalls), and its text
-    typed: str | None = None  # where a grader call was taken out: the cell as typed, which Jupyter runs (red team 42)
 
     @cached_property
     def python(self) -> str:
@@ -40,13 +39,11 @@ class Cell:
 
     @property
     def written_python(self) -> str | None:
-        """The code a `%%writefile` cell writes, read as IPython code (a later cell may import it or
-        %run it: a `.py`, an `.ipy` with shell lines, a name in quotes or one IPython expands: red
-        team 42), else None.  A file that is not code reads as `pass` lines."""
+        """The Python a `%%writefile x.py` cell writes (code a later cell may import or %run), else None."""
         magic = cell_magic(self.source)
-        if magic is None or magic[0] not in ("writefile", "file") or not magic[1].split():
+        if magic is None or magic[0] not in ("writefile", "file") or not magic[1].split() or not magic[1].split()[-1].endswith(".py"):
             return None
-        return python_view("\n" * magic_head(self.source, magic[2]).count("\n") + magic[2])  # line numbers as in the cell
+        return python_view(magic[2])
 
 
 def cell_magic(source: str) -> tuple[str, str, str] | None:

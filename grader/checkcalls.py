@@ -12,11 +12,8 @@ inside its own grading. So, before anything runs, these top-level statements are
 * any later statement that uses a name bound by the two above (`r = grader.check(); print(r.score)`).
 
 Nothing else of a cell is touched: a definition in the same cell as a check call is still
-graded. What is replaced never runs while grading, but Jupyter runs it: the skipped-value
-analysis reads it back under a test only Jupyter passes (`Cell.typed`, skipped_cells.
-_with_taken_out), so code hidden there (red team 42: a `finally` that rebinds a definition)
-costs the TODOs it may change. Any other import of the grader (`import grader.checks`,
-`from grader.grade import ...`) stays, and is flagged.
+graded. What is replaced never runs, so hiding code there gains nothing; any other import of
+the grader (`import grader.checks`, `from grader.grade import ...`) stays, and is flagged.
 """
 
 from __future__ import annotations
@@ -189,5 +186,5 @@ def strip_check_calls(cells: Sequence[Cell]) -> list[Cell]:
         differing = [i for i in range(len(typed)) if i >= len(now) or typed[i] != now[i]] or [len(typed) - 1]
         code = [i for i in differing if typed[i].strip() and not typed[i].strip().startswith("#")]  # the call, not a comment
         line = ([i for i in code if "grader" in typed[i]] or code or differing)[0]
-        out.append(replace(cell, source=source, stripped=(line + 1, typed[min(line, len(typed) - 1)].strip()[:200]), typed=cell.source))
+        out.append(replace(cell, source=source, stripped=(line + 1, typed[min(line, len(typed) - 1)].strip()[:200])))
     return out

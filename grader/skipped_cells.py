@@ -61,7 +61,6 @@ class Source:
     output: bool = False  # a command's printed output, which the notebook captures: names and file_reads are where it is caught
     raises: bool = False  # commands that may raise in Jupyter (file_reads: those lines), never here
     kernel: bool = False  # the shell's state a skipped line changes (file_reads: the reads of it)
-    taken_out: bool = False  # code taken out with a grader call, which Jupyter runs (names: TAKEN_OUT)
 
 
 
@@ -163,10 +162,6 @@ def _bound(node: ast.AST) -> set[str]:
             continue
         elif isinstance(n, (ast.Import, ast.ImportFrom)):
             names.update((a.asname or a.name).split(".")[0] for a in n.names)
-        elif isinstance(n, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
-            # A comprehension's loop names are its own; only `:=` inside it binds the notebook's.
-            names.update(m.target.id for m in ast.walk(n) if isinstance(m, ast.NamedExpr) and isinstance(m.target, ast.Name))
-            continue
         stack.extend(ast.iter_child_nodes(n))
     return names
 
@@ -175,34 +170,6 @@ def _base_name(target: ast.AST) -> str | None:
     while isinstance(target, (ast.Attribute, ast.Subscript, ast.Starred)):
         target = target.value
     return target.id if isinstance(target, ast.Name) else None
-
-
-# A name no cell can bind: the test of the code a grader call was taken out of, which runs in Jupyter only.
-TAKEN_OUT = "__grader_call_taken_out__"
-
-
-def _with_taken_out(cell: Cell, body: list[ast.stmt], flags: int) -> list[tuple[int, ast.stmt]]:
-    """A cell's statements, with each one taken out before grading (checkcalls: a grader call, and
-    all of a `try` or `if` around it) back where it was, under `if TAKEN_OUT:`.  Jupyter runs it;
-    grading does not: what it binds or changes is what a skipped line's value would change (red
-    team 42 rebound `paged_attention` in the `finally` of a `try: import grader`)."""
-    if cell.typed is None:
-        return [(cell.index, statement) for statement in body]
-    try:
-        typed = _plain_attributes(compile(python_view(cell.typed), "<cell>", "exec", ast.PyCF_ONLY_AST | flags, dont_inherit=True)).body
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        typed = []
-    kept = {(s.lineno, ast.dump(s)) for s in body}
-    gone: dict[int, list[ast.stmt]] = {}
-    for statement in typed:
-        if (statement.lineno, ast.dump(statement)) not in kept:
-            test = ast.copy_location(ast.Name(TAKEN_OUT, ast.Load()), statement)
-            gone.setdefault(statement.lineno, []).append(ast.copy_location(ast.If(test, [statement], []), statement))
-    out = []
-    for statement in body:
-        out.append((cell.index, statement))
-        out += [(cell.index, s) for s in gone.pop(statement.lineno, [])]
-    return out + [(cell.index, s) for line in sorted(gone) for s in gone[line]]
 
 
 def _statements(cells: list[Cell]) -> list[tuple[int, ast.stmt]]:
@@ -223,7 +190,7 @@ def _statements(cells: list[Cell]) -> list[tuple[int, ast.stmt]]:
             if isinstance(statement, ast.ImportFrom) and statement.module == "__future__":
                 flags |= sum(getattr(getattr(__future__, a.name, None), "compiler_flag", 0) for a in statement.names)
         tree = _plain_attributes(tree)
-        out += _with_taken_out(cell, tree.body, flags)
+        out += [(cell.index, statement) for statement in tree.body]
         written = cell.written_python
         if written is not None:
             # A module the cell writes (`%%writefile m.py`), which a later cell may import or %run:
@@ -367,5 +334,5 @@ def _written_module_name(cell: Cell) -> str | None:
     """`m` for a cell `%%writefile m.py` (the name `import m` binds), else None."""
     magic = cell_magic(cell.source or "")
     words = magic[1].split() if magic is not None else []
-    stem = words[-1].strip("'\"").rsplit("/", 1)[-1].removesuffix(".py") if words else ""  # IPython takes the quotes off
+    stem = words[-1].rsplit("/", 1)[-1].removesuffix(".py") if words else ""
     return stem if stem.isidentifier() else None

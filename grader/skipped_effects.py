@@ -20,7 +20,6 @@ from grader.skipped_cells import (
     SHELL_CELL_MAGICS,
     SHELL_LINE_MAGICS,
     SHELL_METHODS,
-    TAKEN_OUT,
     VALUE_ALIASES,
     Source,
     _base_name,
@@ -76,10 +75,6 @@ def _sources(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) -> list[
     loader = _first_grader_line(cells, statements)
     if loader is not None:
         found.append(loader)
-    first = next((cell for cell in cells if cell.typed is not None and cell.stripped is not None), None)
-    if first is not None and first.stripped is not None:
-        # What was taken out with a grader call runs in Jupyter only (skipped_cells._with_taken_out).
-        found.append(Source(first.index, first.stripped[0], first.stripped[1], None, {TAKEN_OUT}, file_reads=set(), taken_out=True))
     return found
 
 
@@ -110,34 +105,6 @@ def _reads_modules(node: ast.AST) -> bool:
     return False
 
 
-HISTORY = frozenset({"In", "_ih", "_i", "_ii", "_iii", "Out", "_oh"})  # a cell's text, its displayed value
-HISTORY_NUMBERED = re.compile(r"_i?\d+")  # `_i5`, the text of cell 5; `_5`, what it displayed
-LAST_SHOWN = frozenset({"_", "__", "___"})  # the last values displayed (a loop's throwaway name elsewhere)
-
-
-def _reads_history(node: ast.AST, nested: bool, local: set[int]) -> bool:
-    """A read of the notebook's input or output history, which holds a cell's text as typed and what
-    it displayed: a cell a grader call was taken out of runs, and is kept, differently while grading
-    (red team 42 branched on `any('kv_lab(' in s for s in In)`).  `_` only outside a function and
-    a comprehension that binds it."""
-    if not isinstance(node, ast.Name) or not isinstance(node.ctx, ast.Load):
-        return False
-    if node.id in HISTORY or HISTORY_NUMBERED.fullmatch(node.id):
-        return True
-    return node.id in LAST_SHOWN and not nested and id(node) not in local
-
-
-def _comprehension_names(statements: list[tuple[int, ast.stmt]]) -> set[int]:
-    """The reads of `_` (and `__`, `___`) inside comprehensions that bind them (`[f() for _ in xs]`)."""
-    out: set[int] = set()
-    for _, statement in statements:
-        for node in ast.walk(statement):
-            if isinstance(node, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
-                bound = {n for g in node.generators for n in _bound(g.target)} & LAST_SHOWN
-                out |= {id(n) for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in bound}
-    return out
-
-
 OWN_NAMESPACE = frozenset({"globals", "locals", "vars", "dir"})  # the caller's names when called with no argument
 
 
@@ -148,9 +115,8 @@ def _first_grader_line(cells: list[Cell], statements: list[tuple[int, ast.stmt]]
     if first is None or first.stripped is None:
         return None
     ordinal = sum(1 for index, _ in statements if index < first.index)
-    local, shell = _comprehension_names(statements), _shell_uses(statements)  # the shell holds the history too (`history_manager`)
     reads = {id(node) for position, (_, statement) in enumerate(statements) for node, nested in _scoped(statement)
-             if (_reads_modules(node) or _reads_history(node, nested, local) or id(node) in shell) and (nested or position >= ordinal)}
+             if _reads_modules(node) and (nested or position >= ordinal)}
     return Source(first.index, first.stripped[0], first.stripped[1], None, file_reads=reads, grader_line=True)
 
 
@@ -178,31 +144,12 @@ def _writes(node: ast.AST, aliases: set[str]) -> bool:
 def _aliases(statements: list[tuple[int, ast.stmt]]) -> set[str]:
     """IPython's aliases and those the notebook defines (`%alias t touch %s`): each runs a command."""
     names = set(ALIASES)
-    used: set[str] = set()
     for _, statement in statements:
         for node in ast.walk(statement):
             if _is_ipython_call(node, "run_line_magic") and len(node.args) >= 2 and _constant(node.args[0]) == "alias":  # type: ignore[attr-defined]
                 words = (_constant(node.args[1]) or "").split()  # type: ignore[attr-defined]
                 names |= {words[0]} if words else set()
-            if _is_method_call(node, "run_line_magic") and node.args:  # type: ignore[attr-defined]
-                used.add(_constant(node.args[0]) or "")  # type: ignore[attr-defined]
-    if "rehashx" in used:
-        # Every program on PATH is an alias from there on (red team 42: `%rehashx`, then `%touch f`):
-        # any line magic IPython and ipykernel do not have may be one.
-        names |= used - known_line_magics()
     return names
-
-
-@functools.cache
-def known_line_magics() -> frozenset[str]:
-    """The line magics of IPython's own classes, ipykernel's and the extensions a kernel loads."""
-    import inspect
-
-    import IPython.core.magics as magics
-
-    names = {name for _, cls in inspect.getmembers(magics, inspect.isclass) for name in getattr(cls, "magics", {}).get("line", {})}
-    return frozenset(names | {"autosave", "connect_info", "clear", "less", "more", "man", "edit", "ed", "subshell", "store",
-                              "autoreload", "aimport", "load_ext", "unload_ext", "reload_ext", ""})
 
 
 # Modules whose calls touch the file system (any of them may fail, or answer, by what a command wrote:
@@ -382,15 +329,6 @@ def _is_shell(node: ast.AST) -> bool:
     return _called(node) == "instance" and name.endswith("Shell")
 
 
-def _loads_url(node: ast.AST) -> bool:
-    """`%load https://...` (or a name IPython expands): skipped here, and in Jupyter it raises where
-    there is no network (red team 42: `try: %load URL`)."""
-    if not (_is_method_call(node, "run_line_magic") and len(node.args) >= 2 and _constant(node.args[0]) in ("load", "loadpy")):  # type: ignore[attr-defined]
-        return False
-    line = _constant(node.args[1])  # type: ignore[attr-defined]
-    return line is None or "://" in line or "{" in line or "$" in line
-
-
 def _raisers(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) -> Source | None:
     """The skipped lines that may raise in Jupyter and never do here: a shell cell magic run as a
     call (`%%bash` raises on a failed command), and every command once the notebook sets
@@ -405,7 +343,7 @@ def _raisers(cells: list[Cell], statements: list[tuple[int, ast.stmt]]) -> Sourc
     found = [(index, node) for index, statement in statements for node in ast.walk(statement)
              if _is_method_call(node, "run_cell_magic") and node.args and _constant(node.args[0]) in SHELL_CELL_MAGICS  # type: ignore[attr-defined]
              or _is_method_call(node, "run_line_magic") and node.args and _constant(node.args[0]) in RAISING_MAGICS  # type: ignore[attr-defined]
-             or _loads_url(node) or raising and _writes(node, aliases)]
+             or raising and _writes(node, aliases)]
     if not found:
         return None
     index, first = found[0]
@@ -425,32 +363,9 @@ def _writer(statements: list[tuple[int, ast.stmt]], command: Command) -> Source:
     """The first command, with the reads of the file system that may come after it, and of the
     modules loaded (running a command imports what IPython runs it with: red team 32 read
     `'pexpect' in sys.modules`)."""
-    shadowed = _files_named(statements)
     reads = {id(node) for position, (_, statement) in enumerate(statements) for node, nested in _scoped(statement)
-             if (_reads_files(node) or _reads_modules(node) or _reads_threads(node) or _imports_one_of(node, shadowed))
-             and command.follows(position, nested)}
+             if (_reads_files(node) or _reads_modules(node) or _reads_threads(node)) and command.follows(position, nested)}
     return Source(command.cell, command.line, command.text[:200], None, file_reads=reads)
-
-
-FILE_NAMED = re.compile(r"([A-Za-z_]\w*)(?:\.py\b|/)")  # `jinja2.py`, `jinja2/__init__.py`: a module a command may write
-
-
-def _files_named(statements: list[tuple[int, ast.stmt]]) -> set[str]:
-    """The module names a command's text names as a file or a folder (`!echo X > jinja2.py`): written
-    in the notebook's folder, it comes before an installed module of that name on the import path
-    in Jupyter, and is not there while grading (red team 42)."""
-    aliases = _aliases(statements)
-    names: set[str] = set()
-    for _, statement in statements:
-        for node in ast.walk(statement):
-            if _writes(node, aliases) or _is_method_call(node, "run_cell_magic"):
-                for text in (_constant(n) for n in ast.walk(node)):
-                    names |= set(FILE_NAMED.findall(text or ""))
-    return names
-
-
-def _imports_one_of(node: ast.AST, names: set[str]) -> bool:
-    return isinstance(node, (ast.Import, ast.ImportFrom)) and bool(set(_imported_modules(node)) & names)
 
 
 def _imported_modules(node: ast.Import | ast.ImportFrom) -> list[str]:

@@ -236,36 +236,18 @@ def _reads_displayed(node: ast.AST, source: Source) -> bool:
 def _taints(statement: ast.stmt, source: Source, tainted: set[str], functions: dict[str, ast.AST]) -> tuple[set[str], bool]:
     """The names this statement may make hold the source's value, and whether it may bind any name (exec)."""
     if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        # A definition that reads such a name (or runs that line itself) may behave as Jupyter's would not;
-        # a function's own locals are not the notebook's names (`result = q` in it never reads a global `result`).
-        return ({statement.name} if _tainting(statement, source, tainted - _locals(statement)) else set()), False
+        # A definition that reads such a name (or runs that line itself) may behave as Jupyter's would not.
+        return ({statement.name} if _tainting(statement, source, tainted) else set()), False
     found: set[str] = set()
     everything = False
     for node in ast.walk(statement):
         if isinstance(node, (ast.If, ast.While, ast.IfExp)) and _tainting(node.test, source, tainted):
             found |= _bound(node) | _changed(node)  # whatever is bound or changed under such a test depends on it
-            everything |= _binds_any(node)
-        elif isinstance(node, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)) and any(
-                _tainting(g.iter, source, tainted) for g in node.generators):
-            # Its loop names are its own (what it computes is bound where it is assigned: a name there would
-            # taint a function's local of that name); what it changes or binds with `:=` is the notebook's.
-            inner = ast.Expr(ast.Tuple([n for n in (getattr(node, "elt", None), getattr(node, "key", None), getattr(node, "value", None))
-                                        if n is not None] + [c for g in node.generators for c in g.ifs], ast.Load()))
-            block = ast.If(ast.Constant(True), [inner], [])
-            own = {n for g in node.generators for n in _bound(g.target)}
-            found |= (_changed(block) - own) | {n.target.id for n in ast.walk(node) if isinstance(n, ast.NamedExpr) and isinstance(n.target, ast.Name)}
-            everything |= _binds_any(block)
-            if any(_tainting(arg, source, tainted | own) and not isinstance(arg, ast.Constant)
-                   for call in ast.walk(inner) if isinstance(call, ast.Call) for arg in [*call.args, *(k.value for k in call.keywords)]):
-                everything |= any(isinstance(call, ast.Call) and (isinstance(call.func, ast.Name) and call.func.id in EVERYTHING or _namespace(call.func))
-                                  for call in ast.walk(inner))
-        elif isinstance(node, (ast.For, ast.AsyncFor)) and _tainting(node.iter, source, tainted):
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)) and _tainting(node.iter, source, tainted):
             found |= _bound(node) | _changed(node)
-            everything |= _binds_any(node)
         elif isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))) and (
                 any(_tainting(b, source, tainted) for b in node.body) or _tainting(node, source, tainted) and _reads_files(node)):
             found |= _bound(node) | _changed(node)  # whether the body raised (`x[0]` of an empty list, a missing file) picks what is bound
-            everything |= _binds_any(node)
         elif isinstance(node, (ast.With, ast.AsyncWith)) and (any(_tainting(item.context_expr, source, tainted) for item in node.items)
                                                              or id(node) in (source.file_reads or set())):  # `with suppress(ImportError): import m`
             found |= _bound(node)
@@ -277,8 +259,6 @@ def _taints(statement: ast.stmt, source: Source, tainted: set[str], functions: d
             everything |= any(_namespace(t) for t in targets)
         elif isinstance(node, ast.NamedExpr) and _tainting(node.value, source, tainted):
             found.add(node.target.id)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) in (source.file_reads or ()):
-            found |= _bound(node)  # a module a command may have written: what it holds is that command's (red team 42)
         elif id(node) in (source.file_reads or ()) and _runs_script(node):
             everything = True  # `%run m.py` of a script a command may have written binds any name (red team 36)
         elif isinstance(node, ast.Call) and any(_tainting(arg, source, tainted) and not isinstance(arg, ast.Constant)
@@ -319,52 +299,6 @@ def _changed(node: ast.AST) -> set[str]:
         elif isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and _base_name(n.func.value):
             names.add(_base_name(n.func.value) or "")
     return names - {"", "print", "sys"}
-
-
-def _locals(definition: ast.AST) -> set[str]:
-    """A function's local names: its parameters and what its own body binds (not the nested
-    functions' or comprehensions'), less what it declares `global` or `nonlocal`.  A class: none."""
-    if not isinstance(definition, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return set()
-    arguments = definition.args
-    names = {a.arg for a in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs, arguments.vararg, arguments.kwarg] if a}
-    declared: set[str] = set()
-    stack: list[ast.AST] = list(definition.body)
-    while stack:
-        n = stack.pop()
-        if isinstance(n, (ast.Global, ast.Nonlocal)):
-            declared.update(n.names)
-        elif isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
-            names.add(n.id)
-        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(n.name)
-            stack.extend([*n.decorator_list, *getattr(n, "bases", [])])
-            continue
-        elif isinstance(n, (ast.Import, ast.ImportFrom)):
-            names.update((a.asname or a.name).split(".")[0] for a in n.names)
-        elif isinstance(n, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
-            continue  # a scope of its own (its `:=` binds here, but a name it binds is also read here: kept as a read)
-        stack.extend(ast.iter_child_nodes(n))
-    return names - declared
-
-
-def _binds_any(node: ast.AST) -> bool:
-    """Whether a block may bind any name where it runs: a write into a namespace (`globals()[k] = v`,
-    `globals().update(...)`, `sys.modules[...]`) or code run from a string (`exec`), whatever the
-    value (red team 42: `globals()['paged_attention'] = None` under such a test)."""
-    if isinstance(node, ast.IfExp):
-        block: list[ast.AST] = [node.body, node.orelse]
-    elif isinstance(node, ast.comprehension):
-        block = []
-    else:
-        block = [s for field in ("body", "orelse", "finalbody") for s in getattr(node, field, []) if isinstance(s, ast.AST)]
-        block += [s for handler in getattr(node, "handlers", []) for s in handler.body]
-    for n in (m for statement in block for m in _walk_here(statement)):
-        if isinstance(n, (ast.Attribute, ast.Subscript)) and isinstance(n.ctx, (ast.Store, ast.Del)) and _namespace(n):
-            return True
-        if isinstance(n, ast.Call) and (isinstance(n.func, ast.Name) and n.func.id in EVERYTHING or _namespace(n.func)):
-            return True
-    return False
 
 
 def _walk_here(node: ast.AST) -> list[ast.AST]:
@@ -426,14 +360,6 @@ def notes(finding: Finding, todos: dict[str, tuple[str, ...]]) -> list[Text]:
                 f"而之后读取了已载入的模块或已绑定的名字（{reads_zh}）",
                 f"code cell {source.cell}, line {source.line}: `{source.text}` calls the grader and is taken out while grading (in "
                 f"Jupyter it loads the grader), and which modules are loaded or which names are bound is read after it ({reads_en})",
-            ))
-            continue
-        if source.taken_out:
-            out.append(Text(
-                f"第 {source.cell} 个代码单元第 {source.line} 行 `{source.text}` 调用评分器，评分时与包含它的整条语句一起被去掉，"
-                f"但 Jupyter 会运行那条语句的其余代码（{reads_zh}），它可能改变评分的定义",
-                f"code cell {source.cell}, line {source.line}: `{source.text}` calls the grader and is taken out while grading with the "
-                f"whole statement around it, but Jupyter runs the rest of that statement ({reads_en}), which may change the graded definitions",
             ))
             continue
         if source.kernel:

@@ -51,8 +51,7 @@ NOT_IN_A_BARE_KERNEL = {"kill_judge.ipynb", "input_not_json.ipynb"}
 # different code by design, and the judge says so (grader/skipped_values.py), which is checked instead.
 DIFFERS_BY_DESIGN = {"rt9_nb_shell_value_stubs.ipynb", "rt10_nb_shell_side_effect_file.ipynb", "rt24_nb_writefile_marker.ipynb",
                      "rt24_nb_alias_magic_sx.ipynb", "rt30_nb_capture_shell_output.ipynb",
-                     "rt32_nb_raise_on_error.ipynb", "rt42_nb_rehashx_alias.ipynb", "rt42_nb_shadow_installed_module.ipynb",
-                     "rt42_nb_writefile_ipy_run.ipynb"}
+                     "rt32_nb_raise_on_error.ipynb"}
 # What a skipped line may make the kernel's cell raise (the grader's ran through).
 KERNEL_RAISES_FOR = {
     "shell": {"CalledProcessError"},

@@ -258,20 +258,6 @@ EXPECT: dict[str, Expect] = {
     "rt37_lru_ledger_decoy_keys.py": Expect(failed=fail(TODO["todo1"], "wrong")),
     "rt37_shared_ledger_sparse_value.py": Expect(failed=fail(TODO["todo1"], "wrong")),
     "rt37_inplace_query_private_pages.py": Expect(failed=fail(["todo5.inputs_unchanged"], "wrong")),
-    # Red team 42: code taken out with a grader call, the history of a cell it was taken out of, a program made an alias by
-    # %rehashx, a command's file that shadows an installed module, an .ipy file %run: no points for what may depend on them.
-    "rt42_nb_taken_out_finally.ipynb": Expect(failed=fail(TODO["todo2"] + TODO["todo3"] + TODO["todo4"] + TODO["todo5"], "skipped_value")),
-    "rt42_nb_history_of_taken_out_cell.ipynb": Expect(failed=fail(TODO["todo5"], "skipped_value")),
-    "rt42_nb_rehashx_alias.ipynb": Expect(failed=fail(TODO["todo5"], "skipped_value")),
-    "rt42_nb_shadow_installed_module.ipynb": Expect(failed=fail(TODO["todo5"], "skipped_value")),
-    "rt42_nb_writefile_ipy_run.ipynb": Expect(failed=fail(EVERYTHING, "skipped_value")),
-    # ... and lines that raise in Jupyter, which now raise while grading too (pdb.set_trace(), %less of a missing file), and
-    # a display method Jupyter runs (_repr_html_): graded as Jupyter runs the notebook, the scale bug it ends with.
-    "rt42_nb_pdb_rest_of_cell.ipynb": Expect(failed=fail(["todo5.mha_fp32"], "wrong"), cells={7: "error"},
-                                             cell_types={7: "StdinNotImplementedError"}),
-    "rt42_nb_less_missing_rest_of_cell.ipynb": Expect(failed=fail(["todo5.mha_fp32"], "wrong"), cells={7: "error"},
-                                                      cell_types={7: "FileNotFoundError"}),
-    "rt42_nb_repr_html_rebinds.ipynb": Expect(failed=fail(["todo5.mha_fp32"], "wrong")),
 }
 CASES = sorted(EXPECT)
 NEEDS_FILES = ("forge_fake_output.py", "forge_fake_output_buggy.py")  # they write wherever they can
