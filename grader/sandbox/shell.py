@@ -13,8 +13,8 @@ error in a displayed value's repr fails the cell.
 
 Not run while grading, each reported to the judge as a skipped line with its reason
 (`skipped(text, reason)`): shell commands (`!cmd`, `%%bash`, `%sx`, aliases such as `%ls`),
-installs (`%pip`, `%conda`), debuggers (`%debug`, `%pdb`, `breakpoint()`; `set_trace()` and any
-debugger prompt raise as the kernel's do under nbclient), what needs the network (`%load URL`, `%pastebin`) and programs a front end
+installs (`%pip`, `%conda`), debuggers (`%debug`, `%pdb`, `breakpoint()`, `set_trace()`, any
+debugger prompt), what needs the network (`%load URL`, `%pastebin`) and programs a front end
 would start (`%qtconsole`).  docs/notebooks.md's table lists every magic and what it does here.
 """
 
@@ -32,7 +32,6 @@ import sys
 from IPython.core.compilerop import CachingCompiler
 from IPython.core.error import StdinNotImplementedError, UsageError
 from IPython.core.interactiveshell import InteractiveShell, _asyncio_runner
-from IPython.utils import openpy
 from IPython.utils.text import LSString, SList
 from traitlets.config import Config
 
@@ -54,8 +53,6 @@ MAX_SKIPPED = 50  # reported lines per grading (a skipped line in a loop is repo
 INPUT_MESSAGE = "raw_input was called, but this frontend does not support input requests."
 GETPASS_MESSAGE = "getpass was called, but this frontend does not support input requests."
 INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
-KERNEL_FORMATS = ("text/plain", "text/html", "text/markdown", "image/svg+xml", "image/png", "application/pdf", "image/jpeg",
-                  "text/latex", "application/json", "application/javascript")  # ipykernel's display_formatter.active_types
 NO_EVENT_LOOP = (None, "inline", "nbagg", "webagg", "notebook", "ipympl", "widget")  # ipykernel's eventloops.loop_map
 
 
@@ -215,20 +212,8 @@ def _kernel_magics(shell):
     def nothing(line):
         return None
 
-    def less(line):
-        # ipykernel reads the file for its pager: a missing one raises there (red team 42: `try: %less notes.md`)
-        name = line.strip()
-        if not name:
-            raise UsageError("Missing filename.")
-        if name.endswith(".py"):
-            openpy.read_py_file(name, skip_encoding_cookie=False)
-        else:
-            with open(name) as file:
-                file.read()
-        return None
-
-    for name, function in (("autosave", autosave), ("connect_info", connect_info), ("clear", nothing), ("less", less),
-                           ("more", less), ("man", nothing), ("edit", nothing), ("ed", nothing), ("subshell", nothing)):
+    for name, function in (("autosave", autosave), ("connect_info", connect_info), ("clear", nothing), ("less", nothing),
+                           ("more", nothing), ("man", nothing), ("edit", nothing), ("ed", nothing), ("subshell", nothing)):
         shell.register_magic_function(function, "line", name)
 
 
@@ -254,21 +239,16 @@ def _no_getpass(*args, **kwargs):
 
 
 def _no_debugger(shell):
-    """breakpoint() returns at once, reported, as under ipykernel 7 (it goes on there too);
-    pdb.set_trace() and any debugger prompt raise StdinNotImplementedError, as the kernel's prompt
-    does when nbclient sends no input (red team 42: `try: pdb.set_trace()` took the other branch
-    in Jupyter), reported too."""
+    """breakpoint(), pdb.set_trace() and any debugger prompt return at once, reported."""
 
     def breakpointhook(*args, **kwargs):
         shell.skipped("breakpoint()", DEBUGGER)
 
     def set_trace(self, frame=None, *args, **kwargs):
         shell.skipped("set_trace()", DEBUGGER)
-        raise StdinNotImplementedError(INPUT_MESSAGE)
 
     def interaction(self, *args, **kwargs):
         shell.skipped("debugger prompt", DEBUGGER)
-        raise StdinNotImplementedError(INPUT_MESSAGE)
 
     sys.breakpointhook = breakpointhook
     bdb.Bdb.set_trace = set_trace
@@ -284,10 +264,9 @@ def make_shell(notebook=True):
     config.InteractiveShell.colors = "nocolor"
     config.InteractiveShell.ast_node_interactivity = "last_expr" if notebook else "none"
     shell = GradingShell.instance(config=config)
-    # Every format a kernel computes for what is displayed, as ipykernel's shell has them: a
-    # display method runs in Jupyter, so it runs here (red team 42 rebound a definition in a
-    # `_repr_html_`); only the text is kept, and an error in one never fails a cell.
-    shell.display_formatter.active_types = list(KERNEL_FORMATS)
+    # Only the text of what is displayed is kept (output is feedback); richer formats would be
+    # computed for nobody (a figure's PNG), and an error in one never fails a cell anyway.
+    shell.display_formatter.active_types = ["text/plain"]
     _kernel_magics(shell)
     _load_magic(shell)
     for name, reason in SKIPPED_LINE_MAGICS.items():
